@@ -1,0 +1,115 @@
+"""A small baseline Transformer LM learns the shipped KJV corpus well below its unigram entropy.
+
+Command:  python experiments/run.py --exp=lm_baseline        (``--smoke``: under a minute)
+Runtime:  5 min 08 s wall on a 2-core CPU shared with other jobs (3.5 min user time); --smoke 6 s
+Result:   validation 2.565 bits/byte after 600 steps (1.23M tokens, 0.87M parameters), against a
+          unigram entropy of 4.430 bits/byte for the validation books (measured 2026-11-30)
+
+The baseline decoder-only Transformer (:mod:`jaxlab.nn.transformer`) trains on byte-level King James
+Bible text packed into rows with document masking; validation books are never trained on. The
+floor to beat is the unigram byte entropy of the validation text (what a model that ignores context
+can reach). ``--set preset=paper`` gives the RMT paper's 405M baseline shape (V = 50257, N = 512)
+for accelerators; on the byte corpus its vocabulary is set to 256.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from flax import nnx
+
+from jaxlab.core.config import TrainConfig, to_dict
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.loop import run_training
+from jaxlab.core.mesh import MeshConfig
+from jaxlab.core.metrics import read_metrics
+from jaxlab.core.plots import plot_curves
+from jaxlab.data.text import VOCAB_SIZE, unigram_entropy_bits
+from jaxlab.nn.layers import count_params
+from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.transformer import Transformer, TransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    model: TransformerConfig
+    train: TrainConfig
+    mesh: MeshConfig = MeshConfig()
+    data: str = "kjv"
+
+
+def get_config(preset: str = "default") -> Config:
+    if preset == "default":
+        return Config(
+            model=TransformerConfig(seq_len=128, num_layers=4, d_model=128, num_heads=4),
+            train=TrainConfig(
+                steps=600,
+                batch_size=16,
+                learning_rate=3e-3,
+                warmup_steps=50,
+                checkpoint_every=100,
+                eval_every=100,
+                eval_batches=16,
+                log_every=25,
+            ),
+        )
+    if preset == "smoke":
+        return Config(
+            model=TransformerConfig(seq_len=32, num_layers=2, d_model=32, num_heads=2),
+            train=TrainConfig(
+                steps=30,
+                batch_size=8,
+                learning_rate=3e-3,
+                warmup_steps=5,
+                checkpoint_every=10,
+                eval_every=15,
+                eval_batches=2,
+                log_every=5,
+            ),
+        )
+    if preset == "paper":
+        return Config(
+            model=TransformerConfig.paper("405m", vocab_size=VOCAB_SIZE),
+            train=TrainConfig(
+                steps=20000,
+                batch_size=256,
+                learning_rate=6e-4,
+                warmup_steps=1000,
+                checkpoint_every=1000,
+                eval_every=1000,
+                eval_batches=32,
+                log_every=100,
+            ),
+            mesh=MeshConfig(data=-1, fsdp=8),
+        )
+    raise ConfigError(f"unknown preset {preset!r} for lm_baseline; choose default, smoke or paper")
+
+
+def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    task = LMTask(
+        build=lambda rngs: Transformer(cfg.model, rngs=rngs),
+        seq_len=cfg.model.seq_len,
+        source=cfg.data,
+        z_loss=cfg.model.z_loss,
+    )
+    summary = run_training(task, cfg.train, workdir, mesh_cfg=cfg.mesh, config_record=to_dict(cfg))
+    floor = unigram_entropy_bits(task.val_docs)
+    rows = [r for r in read_metrics(workdir) if "eval_bits_per_byte" in r]
+    plot_curves(
+        {
+            "validation": ([r["step"] for r in rows], [r["eval_bits_per_byte"] for r in rows]),
+            "unigram entropy": ([0, cfg.train.steps], [floor, floor]),
+        },
+        workdir / "val_bits_per_byte.png",
+        xlabel="step",
+        ylabel="bits per byte",
+        title="lm_baseline on KJV (validation books)",
+    )
+    model = nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0)))
+    return {
+        **summary,
+        "num_params": count_params(model),
+        "val_bits_per_byte": summary["eval"].get("eval_bits_per_byte"),
+        "unigram_entropy_bits": floor,
+    }

@@ -1,0 +1,78 @@
+"""Runs one jaxlab experiment: ``python experiments/run.py --exp=NAME [--set a.b=v] [--smoke]``.
+
+``--list`` prints one line per experiment (name, then the claim it tests); ``--list-keys`` prints
+the config keys of ``--exp`` with their current values. Experiments are the modules of this folder,
+found by name. User errors (unknown keys, wrong types, invalid combinations) print one line and exit
+with status 2; a run that cannot go on (non-finite loss, damaged checkpoint) exits with status 1.
+Re-running the same command on the same ``--workdir`` (default ``runs/NAME``) resumes the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+EXP_DIR = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installing, too.
+
+from jaxlab.core import experiment  # noqa: E402
+from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
+from jaxlab.core.errors import ConfigError, RunError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exp", help="experiment name (see --list)")
+    parser.add_argument("--list", action="store_true", help="list experiments and their claims")
+    parser.add_argument("--list-keys", action="store_true", help="list the config keys of --exp")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set train.steps=100 (repeatable)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, under a minute")
+    parser.add_argument("--workdir", help="run directory (default runs/NAME)")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.list:
+            names = experiment.available(EXP_DIR)
+            width = max(map(len, names), default=0)
+            for name in names:
+                print(f"{name:<{width}}  {experiment.claim(EXP_DIR, name)}")
+            return 0
+        if not args.exp:
+            parser.print_usage(sys.stderr)
+            print("error: give --exp NAME or --list", file=sys.stderr)
+            return 2
+        overrides = parse_overrides(args.set)
+        if args.list_keys:
+            module = experiment.load(EXP_DIR, args.exp)
+            _, cfg = experiment.resolve_config(module, overrides, args.smoke)
+            for key in flat_keys(cfg):
+                value = cfg
+                for part in key.split("."):
+                    value = getattr(value, part)
+                print(f"{key} = {value!r}")
+            return 0
+        summary = experiment.launch(
+            EXP_DIR, args.exp, overrides=overrides, smoke=args.smoke, workdir=args.workdir
+        )
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+    print("summary:", ", ".join(f"{k}={v}" for k, v in summary.items() if not isinstance(v, dict)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Orbax checkpoints of a whole run: model + optimizer state, data-iterator position, metadata.
+
+One :class:`Checkpointer` wraps an ``orbax.checkpoint.CheckpointManager`` over
+``workdir/checkpoints`` with three items per step: ``state`` (the ``nnx.State`` of model and
+optimizer, restored straight onto its shardings), ``data`` (the grain iterator, so the restored
+iterator yields exactly the next batch) and ``meta`` (JSON: step, base RNG key, loss-window
+accumulators, the resolved config). Orbax writes each step into a temporary directory and renames it
+when complete, so a kill mid-save leaves the previous steps intact. On restore, a step that fails to
+load (damaged files) is reported and the previous one is tried; if none loads the run stops with a
+:class:`~jaxlab.core.errors.RunError` — it never silently starts from scratch.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import sys
+from typing import Any, NamedTuple
+
+import grain
+import orbax.checkpoint as ocp
+
+from jaxlab.core.errors import RunError
+
+__all__ = ["Checkpointer", "Restored"]
+
+
+class Restored(NamedTuple):
+    """What :meth:`Checkpointer.restore` brings back."""
+
+    step: int
+    state: Any
+    meta: dict[str, Any]
+    fell_back_from: tuple[int, ...]  # newer steps that were damaged and skipped
+
+
+class Checkpointer:
+    """Saves and restores run checkpoints under ``directory``, keeping the last ``keep``."""
+
+    def __init__(self, directory: str | pathlib.Path, *, keep: int = 3):
+        self.directory = pathlib.Path(directory).absolute()
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, enable_async_checkpointing=False
+            ),
+        )
+
+    def steps(self) -> list[int]:
+        """Complete checkpoint steps on disk, oldest first."""
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state: Any, iterator: Any, meta: dict[str, Any]) -> None:
+        """Writes checkpoint ``step`` (blocking until it is on disk)."""
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                data=grain.checkpoint.CheckpointSave(iterator),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
+        self.manager.wait_until_finished()
+
+    def restore(self, abstract_state: Any, iterator: Any) -> Restored | None:
+        """Restores the newest readable step into ``iterator`` and a state like ``abstract_state``.
+
+        Returns ``None`` when there is no checkpoint at all (a fresh run).
+
+        Raises:
+          RunError: checkpoints exist but none of them can be read.
+        """
+        steps = self.steps()
+        if not steps:
+            # A kill during the very first save leaves only orbax's temporary directory: nothing
+            # was lost, so start fresh. Anything else there is not ours to overwrite.
+            leftovers = (
+                [p.name for p in self.directory.iterdir() if "tmp" not in p.name]
+                if self.directory.exists()
+                else []
+            )
+            if leftovers:
+                raise RunError(
+                    f"{self.directory} holds no readable checkpoint (found: "
+                    f"{', '.join(sorted(leftovers)[:5])}); delete it to start the run from scratch"
+                )
+            return None
+        damaged: list[int] = []
+        for step in reversed(steps):
+            try:
+                restored = self.manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(abstract_state),
+                        data=grain.checkpoint.CheckpointRestore(iterator),
+                        meta=ocp.args.JsonRestore(),
+                    ),
+                )
+            except Exception as err:  # noqa: BLE001 - any failure to read marks the step damaged
+                reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                print(
+                    f"warning: checkpoint step {step} in {self.directory} is damaged ({reason}); "
+                    "trying the previous one",
+                    file=sys.stderr,
+                )
+                damaged.append(step)
+                continue
+            if damaged:
+                # Move damaged steps aside (kept for inspection) so that they can be re-written.
+                for bad in damaged:
+                    target = self.directory.parent / f"damaged-checkpoint-{bad}"
+                    shutil.rmtree(target, ignore_errors=True)
+                    (self.directory / str(bad)).rename(target)
+                self.manager.reload()
+                print(
+                    f"resuming from step {step}; damaged steps {damaged} were moved to "
+                    f"{self.directory.parent}/damaged-checkpoint-*",
+                    file=sys.stderr,
+                )
+            return Restored(step, restored["state"], dict(restored["meta"]), tuple(damaged))
+        raise RunError(
+            f"no checkpoint in {self.directory} can be read (damaged steps: {damaged}); "
+            "delete the directory to start over, or restore it from a backup"
+        )
+
+    def close(self) -> None:
+        self.manager.close()

@@ -1,0 +1,253 @@
+"""Frozen dataclass configs, typed ``--set a.b=value`` overrides, and user-facing config errors.
+
+Every experiment's ``get_config()`` returns a frozen dataclass whose fields may themselves be frozen
+dataclasses (``cfg.train.steps``). ``apply_overrides`` walks dotted keys, converts the string to
+the field's annotated type (int, float, bool, str, Literal, Optional, tuples) and rebuilds the
+dataclasses bottom-up with ``dataclasses.replace`` so that every ``__post_init__`` validation runs
+again on the new values. All user mistakes raise :class:`ConfigError`, a one-line message that the
+runner prints before exiting with status 2 — never a traceback from deep inside JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from jaxlab.core.errors import ConfigError
+
+__all__ = [
+    "ConfigError",
+    "TrainConfig",
+    "apply_overrides",
+    "check",
+    "config_diff",
+    "flat_keys",
+    "from_dict",
+    "parse_overrides",
+    "to_dict",
+]
+
+
+def check(condition: bool, message: str) -> None:
+    """Raises :class:`ConfigError` with ``message`` (saying what to change) unless ``condition``."""
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Fields of the shared training loop (:func:`jaxlab.core.loop.run_training`).
+
+    The schedule is linear warmup to ``learning_rate`` then cosine decay to
+    ``learning_rate * min_lr_ratio`` at ``steps``; AdamW with decoupled weight decay applied only to
+    parameters with two or more dimensions (norm scales, biases are not decayed), after global-norm
+    clipping at ``grad_clip`` (0 disables it).
+    """
+
+    steps: int = 1000
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    seed: int = 0
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 3
+    eval_every: int = 200
+    eval_batches: int = 8
+    log_every: int = 20
+    tensorboard: bool = True
+    wandb: Literal["off", "offline", "online"] = "off"
+    wandb_project: str = "jaxlab"
+
+    def __post_init__(self) -> None:
+        check(self.steps > 0, f"train.steps must be positive, got {self.steps}")
+        check(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
+        check(self.learning_rate > 0, f"train.learning_rate must be > 0, got {self.learning_rate}")
+        check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
+        check(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio must lie in [0, 1]")
+        check(self.weight_decay >= 0, "train.weight_decay must be >= 0")
+        check(self.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables clipping)")
+        for name in ("checkpoint_every", "eval_every", "log_every", "keep_checkpoints"):
+            check(getattr(self, name) > 0, f"train.{name} must be positive")
+        check(self.eval_batches > 0, "train.eval_batches must be positive")
+
+
+# ----------------------------------------------------------------------------- type coercion
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return "comma-separated " + _type_name(typing.get_args(tp)[0]) + "s"
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(text: str, tp: Any) -> Any:
+    """Converts ``text`` to type ``tp``; raises ValueError when it does not fit."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        for option in typing.get_args(tp):
+            if str(option) == text:
+                return option
+        raise ValueError(text)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and text.lower() in ("none", "null"):
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(text, arg)
+            except ValueError:
+                pass
+        raise ValueError(text)
+    if origin is tuple:
+        (elem, *rest) = typing.get_args(tp)
+        parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
+        return tuple(_coerce(p, elem) for p in parts)
+    if tp is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(text)
+    if tp is int:
+        value = float(text) if ("e" in text.lower() and "x" not in text.lower()) else None
+        if value is not None:
+            if not value.is_integer():
+                raise ValueError(text)
+            return int(value)
+        return int(text, 0)
+    if tp is float:
+        return float(text)
+    if tp is str:
+        return text
+    if tp is Any:
+        return json.loads(text)
+    raise ValueError(f"unsupported field type {tp}")
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def flat_keys(cfg: Any, prefix: str = "") -> Iterator[str]:
+    """Yields every dotted key of a (nested) dataclass config."""
+    for name in _fields(type(cfg)):
+        value = getattr(cfg, name)
+        if dataclasses.is_dataclass(value):
+            yield from flat_keys(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """Parses ``["a.b=1", "c=x"]`` into ``{"a.b": "1", "c": "x"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _unknown(key: str, cfg: Any) -> ConfigError:
+    keys = list(flat_keys(cfg))
+    tail = key.rsplit(".", 1)[-1]
+
+    def abbreviates(name: str) -> bool:  # "lr" -> learning_rate, "steps" -> train.steps
+        words = name.split("_")
+        return tail == name or tail == "".join(w[0] for w in words if w) or tail in words
+
+    close = [k for k in keys if abbreviates(k.rsplit(".", 1)[-1])]
+    close += difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+    close = list(dict.fromkeys(close))[:3]
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see --list-keys"
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _set(cfg: Any, path: list[str], text: str, full_key: str, root: Any) -> Any:
+    fields = _fields(type(cfg))
+    name = path[0]
+    if name not in fields:
+        raise _unknown(full_key, root)
+    current = getattr(cfg, name)
+    if len(path) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise _unknown(full_key, root)
+        new = _set(current, path[1:], text, full_key, root)
+    else:
+        if dataclasses.is_dataclass(current):
+            raise ConfigError(
+                f"{full_key!r} is a group; set one of its fields, e.g. "
+                f"{full_key}.{next(iter(flat_keys(current)))}=..."
+            )
+        try:
+            new = _coerce(text, fields[name])
+        except ValueError:
+            raise ConfigError(f"{full_key}={text!r}: expected {_type_name(fields[name])}") from None
+    return dataclasses.replace(cfg, **{name: new})
+
+
+def apply_overrides(cfg: Any, overrides: Mapping[str, str]) -> Any:
+    """Returns ``cfg`` with dotted-key string overrides applied, typed from the annotations.
+
+    Raises:
+      ConfigError: for an unknown key (naming the closest valid ones), a value that does not parse
+        as the field's type, or a combination rejected by a dataclass's ``__post_init__``.
+    """
+    for key, text in overrides.items():
+        cfg = _set(cfg, key.split("."), text, key, cfg)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready nested dict of a dataclass config (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    """Rebuilds a dataclass config of type ``cls`` from :func:`to_dict` output."""
+    kwargs = {}
+    for name, tp in _fields(cls).items():
+        if name not in data:
+            continue
+        value = data[name]
+        if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+            value = from_dict(tp, value)
+        elif typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two :func:`to_dict` trees."""
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            diffs += config_diff(a, b, f"{prefix}{key}.")
+        elif a != b:
+            diffs.append(f"{prefix}{key}")
+    return diffs

@@ -1,0 +1,127 @@
+"""Experiment discovery and launch: the machinery behind ``experiments/run.py``.
+
+An experiment is one module ``experiments/<name>.py`` (names starting with ``_`` are private) with
+
+* a module docstring whose first line states the claim it tests (shown by ``--list``), followed by
+  the command, the runtime and the result measured;
+* ``get_config(preset: str = "default")`` returning a frozen dataclass; every experiment knows the
+  presets ``"default"`` and ``"smoke"`` (tiny shapes, under a minute), and paper-scale ones such as
+  ``"paper"`` where they make sense;
+* ``run(cfg, workdir: pathlib.Path) -> dict``: does the work, writes ``metrics.jsonl``, plots into
+  ``workdir`` and returns the summary, which :func:`launch` writes to ``summary.json``.
+
+Experiments are found by module name: there is no table to edit. ``launch`` writes ``config.json``
+before running and refuses a workdir that holds a run with a different config (other than
+``train.steps``, which may be raised to extend a run), so re-running a command resumes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import json
+import pathlib
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+from jaxlab.core.config import apply_overrides, config_diff, to_dict
+from jaxlab.core.errors import ConfigError, RunError
+from jaxlab.core.metrics import write_json
+
+__all__ = ["available", "claim", "launch", "load", "resolve_config"]
+
+# Keys that may change between a run and its resumption without making it a different run.
+RESUMABLE_CHANGES = ("train.steps",)
+
+
+def available(exp_dir: str | pathlib.Path) -> list[str]:
+    """Names of the experiments in ``exp_dir`` (every public module except ``run``)."""
+    exp_dir = pathlib.Path(exp_dir)
+    return sorted(
+        p.stem for p in exp_dir.glob("*.py") if not p.stem.startswith("_") and p.stem != "run"
+    )
+
+
+def claim(exp_dir: str | pathlib.Path, name: str) -> str:
+    """First line of an experiment's docstring, read without importing it (fast ``--list``)."""
+    source = (pathlib.Path(exp_dir) / f"{name}.py").read_text()
+    doc = ast.get_docstring(ast.parse(source)) or "(no docstring)"
+    return doc.strip().splitlines()[0]
+
+
+def load(exp_dir: str | pathlib.Path, name: str) -> ModuleType:
+    """Imports ``experiments/<name>.py``; an unknown name raises ConfigError naming close ones."""
+    names = available(exp_dir)
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see --list"
+        raise ConfigError(f"unknown experiment {name!r}{hint}")
+    path = pathlib.Path(exp_dir) / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"jaxlab_experiments.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    for attr in ("get_config", "run"):
+        if not hasattr(module, attr):
+            raise ConfigError(f"experiment {name!r} defines no {attr}()")
+    return module
+
+
+def resolve_config(module: ModuleType, overrides: dict[str, str], smoke: bool) -> tuple[str, Any]:
+    """Builds the experiment's config: preset (``--smoke``, ``--set preset=...``), overrides."""
+    overrides = dict(overrides)
+    preset = overrides.pop("preset", None)
+    if smoke and preset not in (None, "smoke"):
+        raise ConfigError(f"--smoke conflicts with --set preset={preset}; use one of them")
+    preset = "smoke" if smoke else (preset or "default")
+    cfg = module.get_config(preset)
+    return preset, apply_overrides(cfg, overrides)
+
+
+def _check_resumable(workdir: pathlib.Path, record: dict[str, Any]) -> None:
+    path = workdir / "config.json"
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise RunError(f"{path} is damaged; delete it or use another --workdir") from None
+    diffs = [
+        d for d in config_diff(old, record) if d.removeprefix("config.") not in RESUMABLE_CHANGES
+    ]
+    if diffs:
+        raise RunError(
+            f"{workdir} holds a run with a different config ({', '.join(diffs[:5])}); "
+            "use another --workdir or delete that one"
+        )
+
+
+def launch(
+    exp_dir: str | pathlib.Path,
+    name: str,
+    *,
+    overrides: dict[str, str] | None = None,
+    smoke: bool = False,
+    workdir: str | pathlib.Path | None = None,
+) -> dict[str, Any]:
+    """Resolves the config, writes ``config.json``, runs the experiment, writes ``summary.json``."""
+    module = load(exp_dir, name)
+    preset, cfg = resolve_config(module, overrides or {}, smoke)
+    if workdir is None:
+        workdir = pathlib.Path("runs") / (f"{name}_smoke" if smoke else name)
+    workdir = pathlib.Path(workdir)
+    record = {"experiment": name, "preset": preset, "config": to_dict(cfg)}
+    _check_resumable(workdir, record)
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_json(workdir / "config.json", record)
+    start = time.perf_counter()
+    summary = module.run(cfg, workdir)
+    summary = dict(summary or {})
+    summary.setdefault("experiment", name)
+    summary.setdefault("preset", preset)
+    summary["wall_seconds"] = round(time.perf_counter() - start, 2)
+    write_json(workdir / "summary.json", summary)
+    return summary

@@ -1,0 +1,188 @@
+"""Device meshes, logical-axis sharding rules, global batches and multi-process start-up.
+
+jaxlab shards declaratively: parameters carry logical axis names (``"embed"``, ``"mlp"``,
+``"heads"``, ``"vocab"``...) through ``nnx.with_partitioning``, one :class:`AxisRules` object maps
+them onto the mesh axes ``data``, ``fsdp`` and ``tensor``, and train steps are ``jax.jit`` with
+explicit in/out shardings. Meshes are built with ``AxisType.Auto`` on purpose: jax 0.10's
+``jax.make_mesh`` defaults to ``Explicit`` axes, under which a matmul contracting over an
+fsdp-sharded dimension raises ``ShardingTypeError``; logical rules want GSPMD's propagation.
+Models are built with flax's eager sharding off and placed by ``jax.jit(init, out_shardings=...)``,
+so the same model code runs on one device without any mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxlab.core.config import check
+from jaxlab.core.errors import ConfigError
+
+__all__ = [
+    "AxisRules",
+    "MeshConfig",
+    "batch_sharding",
+    "global_batch",
+    "make_mesh",
+    "maybe_initialize_distributed",
+    "process_slice",
+    "state_shardings",
+]
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Mesh shape: sizes of the ``data``, ``fsdp`` and ``tensor`` axes; -1 takes what is left.
+
+    With no -1 and a product smaller than the device count, the mesh uses the first devices only
+    (e.g. ``data=1`` for a single-device reference run).
+    """
+
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+
+    def __post_init__(self) -> None:
+        sizes = (self.data, self.fsdp, self.tensor)
+        check(sum(s == -1 for s in sizes) <= 1, "mesh: at most one of data/fsdp/tensor may be -1")
+        check(all(s == -1 or s > 0 for s in sizes), "mesh: axis sizes must be positive or -1")
+
+    def shape(self, num_devices: int) -> tuple[int, int, int]:
+        sizes = [self.data, self.fsdp, self.tensor]
+        known = math.prod(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if num_devices % known:
+                raise ConfigError(
+                    f"mesh: {num_devices} devices do not divide by fsdp*tensor={known}; "
+                    "change mesh.fsdp or mesh.tensor"
+                )
+            sizes[sizes.index(-1)] = num_devices // known
+        if -1 not in (self.data, self.fsdp, self.tensor) and math.prod(sizes) < num_devices:
+            return tuple(sizes)  # An explicit smaller mesh uses the first devices only.
+        if math.prod(sizes) != num_devices:
+            raise ConfigError(
+                f"mesh: data*fsdp*tensor={math.prod(sizes)} but there are {num_devices} devices; "
+                "set one axis to -1 or make the product match"
+            )
+        return tuple(sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class AxisRules:
+    """Maps logical parameter/activation axis names to mesh axes (``None`` = replicated).
+
+    The defaults give data parallelism over ``data`` and ``fsdp`` for the batch, ZeRO-3 style
+    parameter sharding of the model dimension over ``fsdp``, and Megatron-style tensor parallelism
+    of heads, MLP hidden units and the vocabulary over ``tensor``.
+    """
+
+    rules: tuple[tuple[str, Any], ...] = (
+        ("batch", ("data", "fsdp")),
+        ("embed", "fsdp"),
+        ("mlp", "tensor"),
+        ("heads", "tensor"),
+        ("kv", None),
+        ("vocab", "tensor"),
+        ("seq", None),
+    )
+
+    def as_tuple(self) -> tuple[tuple[str, Any], ...]:
+        return self.rules
+
+    def spec(self, *logical: str | None) -> PartitionSpec:
+        table = dict(self.rules)
+        return PartitionSpec(*(table.get(name) if name else None for name in logical))
+
+
+def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mesh:
+    """A ``(data, fsdp, tensor)`` mesh with Auto axis types over ``devices`` (default: all)."""
+    cfg = cfg or MeshConfig()
+    devices = devices if devices is not None else jax.devices()
+    shape = cfg.shape(len(devices))
+    devices = devices[: math.prod(shape)]
+    return jax.make_mesh(
+        shape,
+        MESH_AXES,
+        axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
+        devices=devices,
+    )
+
+
+def state_shardings(abstract_state: Any, mesh: Mesh, rules: AxisRules) -> Any:
+    """NamedShardings for an ``nnx.State`` from its variables' logical-axis annotations."""
+    with nnx.logical_axis_rules(rules.as_tuple()):
+        specs = nnx.get_partition_spec(abstract_state)
+    return jax.tree.map(
+        lambda spec: NamedSharding(mesh, spec),
+        specs,
+        is_leaf=lambda x: isinstance(x, PartitionSpec),
+    )
+
+
+def batch_sharding(mesh: Mesh, rules: AxisRules, ndim: int = 2) -> NamedSharding:
+    """Sharding of a batch array: leading axis over the batch mesh axes, the rest replicated."""
+    return NamedSharding(mesh, rules.spec("batch", *([None] * (ndim - 1))))
+
+
+def process_slice(global_batch_size: int) -> slice:
+    """The rows of a global batch that this process feeds (contiguous, in process order)."""
+    n = jax.process_count()
+    if global_batch_size % n:
+        raise ConfigError(
+            f"train.batch_size={global_batch_size} does not divide over {n} processes"
+        )
+    per = global_batch_size // n
+    return slice(jax.process_index() * per, (jax.process_index() + 1) * per)
+
+
+def global_batch(
+    batch: Mapping[str, np.ndarray], mesh: Mesh, rules: AxisRules
+) -> dict[str, jax.Array]:
+    """Builds global arrays from a host's full global batch by taking this process's rows.
+
+    Every process runs the same deterministic pipeline and keeps only its slice, so a multi-process
+    run sees exactly the batches of a single-process run with the same seed.
+    """
+    out = {}
+    for key, value in batch.items():
+        value = np.asarray(value)
+        local = value[process_slice(value.shape[0])]
+        sharding = batch_sharding(mesh, rules, value.ndim)
+        out[key] = jax.make_array_from_process_local_data(sharding, local, value.shape)
+    return out
+
+
+def maybe_initialize_distributed() -> bool:
+    """Calls ``jax.distributed.initialize`` only for multi-process runs; returns whether it did.
+
+    A run is multi-process when ``JAXLAB_NUM_PROCESSES`` > 1 (with ``JAXLAB_COORDINATOR`` as
+    ``host:port`` and ``JAXLAB_PROCESS_ID``), or when ``JAXLAB_DISTRIBUTED=auto`` asks JAX to detect
+    the cluster (TPU pods, SLURM). A bare machine never calls it: there it raises.
+    """
+    if jax.distributed.is_initialized():
+        return True
+    if os.environ.get("JAXLAB_DISTRIBUTED") == "auto":
+        jax.distributed.initialize()
+        return True
+    num = int(os.environ.get("JAXLAB_NUM_PROCESSES", "1"))
+    if num <= 1:
+        return False
+    try:
+        coordinator = os.environ["JAXLAB_COORDINATOR"]
+        process_id = int(os.environ["JAXLAB_PROCESS_ID"])
+    except KeyError as err:
+        raise ConfigError(f"multi-process run needs the environment variable {err}") from None
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num, process_id=process_id
+    )
+    return True

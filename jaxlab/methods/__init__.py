@@ -1,0 +1,1 @@
+"""One package per paper; each has a README with what is implemented and the results measured."""

@@ -1,0 +1,1 @@
+"""Reusable NNX layers with explicit arguments, the attention dispatch and the baseline Transformer."""

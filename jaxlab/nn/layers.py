@@ -1,0 +1,80 @@
+"""Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, init helpers.
+
+Layers take the numbers they need as arguments (never a config). ``param_init`` attaches logical
+axis names to an initializer (for :mod:`jaxlab.core.mesh`) with flax's eager sharding off, so the
+names are metadata until ``jax.jit(..., out_shardings=...)`` places the parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+__all__ = ["MLP", "count_params", "make_norm", "param_init"]
+
+
+def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
+    """An initializer annotated with logical axis names, one per parameter dimension.
+
+    Eager sharding is off for these variables: the names are metadata, so a model builds on one
+    device with no mesh, and :func:`jaxlab.core.mesh.state_shardings` turns them into shardings.
+    """
+    return nnx.with_partitioning(init, tuple(axes), eager_sharding=False)
+
+
+def make_norm(
+    kind: Literal["layernorm", "rmsnorm"], dim: int, param_dtype: str, *, rngs: nnx.Rngs
+) -> nnx.Module:
+    """LayerNorm (Ba et al. 2016) or RMSNorm (Zhang & Sennrich 2019) over the last axis, no bias.
+
+    Norms compute in float32 whatever the activations' dtype, for stability.
+    """
+    pdt = jnp.dtype(param_dtype)
+    if kind == "layernorm":
+        return nnx.LayerNorm(dim, use_bias=False, dtype=jnp.float32, param_dtype=pdt, rngs=rngs)
+    if kind == "rmsnorm":
+        return nnx.RMSNorm(dim, dtype=jnp.float32, param_dtype=pdt, rngs=rngs)
+    raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
+
+
+class MLP(nnx.Module):
+    """``W_out · GELU(W_in · x)`` without biases; ``W_out`` starts at N(0, out_std)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        out_std: float,
+        dtype: str = "float32",
+        param_dtype: str = "float32",
+        rngs: nnx.Rngs,
+    ):
+        kw = dict(use_bias=False, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
+        self.up = nnx.Linear(
+            d_model,
+            d_ff,
+            kernel_init=param_init(nnx.initializers.normal(0.02), ("embed", "mlp")),
+            rngs=rngs,
+            **kw,
+        )
+        self.down = nnx.Linear(
+            d_ff,
+            d_model,
+            kernel_init=param_init(nnx.initializers.normal(out_std), ("mlp", "embed")),
+            rngs=rngs,
+            **kw,
+        )
+
+    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+        return self.down(jax.nn.gelu(self.up(x_BTD)))
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of parameters of a model, concrete or abstract (``nnx.eval_shape``)."""
+    return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

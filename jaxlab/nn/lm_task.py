@@ -1,0 +1,82 @@
+"""Language modelling as a :class:`jaxlab.core.loop.Task`: packed byte-level text and its loss.
+
+The loss is the mean next-token cross-entropy in float32 (nats) plus an optional z-loss
+``coef * mean(logsumexp(logits)^2)`` (PaLM, Chowdhery et al. 2022, Sec. 5), which is part of the
+objective but not of the reported ``loss``. For byte-level data, ``bits_per_byte`` is the loss
+divided by ln 2. Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
+baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from jaxlab.data.corpus import load_documents
+from jaxlab.data.text import eval_batches, pack_documents, text_dataset
+
+__all__ = ["LMTask", "cross_entropy"]
+
+
+def cross_entropy(
+    logits_BTV: Float[Array, "B T V"], targets_BT: Int[Array, "B T"], z_loss: float = 0.0
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """Mean token cross-entropy (nats) and mean squared log-partition, both in float32."""
+    logits_BTV = logits_BTV.astype(jnp.float32)
+    lse_BT = jax.nn.logsumexp(logits_BTV, axis=-1)
+    target_logit_BT = jnp.take_along_axis(logits_BTV, targets_BT[..., None], axis=-1)[..., 0]
+    ce = jnp.mean(lse_BT - target_logit_BT)
+    return ce, jnp.mean(lse_BT**2) * z_loss
+
+
+@dataclasses.dataclass
+class LMTask:
+    """Next-byte prediction on a packed corpus.
+
+    Args:
+      build: ``rngs -> model``; the model is called as ``model(tokens, segment_ids=, positions=)``.
+      seq_len: training row length T.
+      source: corpus for :func:`jaxlab.data.corpus.load_documents` (``"kjv"``, a path, ``hf:...``).
+      z_loss: z-loss coefficient (0 disables it).
+    """
+
+    build: Callable[[nnx.Rngs], nnx.Module]
+    seq_len: int
+    source: str = "kjv"
+    z_loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.train_docs = load_documents(self.source, "train")
+        self.val_docs = load_documents(self.source, "validation")
+        self.train_rows = pack_documents(self.train_docs, self.seq_len)
+        self.val_rows = pack_documents(self.val_docs, self.seq_len)
+
+    def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
+        return self.build(rngs)
+
+    def loss(self, model, batch: Mapping[str, jax.Array], key=None):
+        del key  # The baseline LM is deterministic (no dropout).
+        logits_BTV = model(
+            batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"]
+        )
+        ce, z = cross_entropy(logits_BTV, batch["targets"], self.z_loss)
+        return ce + z, {"loss": ce, "bits_per_byte": ce / math.log(2), "z_loss": z}
+
+    def train_iterator(self, batch_size: int, seed: int):
+        return iter(text_dataset(self.train_rows, batch_size=batch_size, seed=seed))
+
+    def eval_batches(self, batch_size: int, num_batches: int) -> list[dict[str, np.ndarray]]:
+        available = len(self.val_rows["tokens"]) // batch_size
+        return eval_batches(
+            self.val_rows, batch_size=batch_size, num_batches=min(num_batches, max(available, 1))
+        )
+
+    def tokens_per_example(self) -> int:
+        return self.seq_len

@@ -1,0 +1,225 @@
+"""The baseline decoder-only Transformer LM that jaxlab's methods are compared against.
+
+Pre-norm GPT-2-style blocks (Radford et al. 2019): ``x += Attn(Norm(x))``, ``x += MLP(Norm(x))``, a
+final norm and an untied unembedding, no biases anywhere. Positions are learned absolute embeddings
+or ALiBi (Press et al. 2022); attention is causal with optional document masking of packed rows and
+goes through :func:`jaxlab.nn.attention.dot_product_attention`. Init: N(0, 0.02) everywhere, output
+projections of the residual branches scaled by 1/sqrt(2L) (GPT-2, Sec. 2.3). Parameters carry
+logical axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
+``TransformerConfig.paper(size)`` gives the baseline series of the RMT paper (Mak & Flanigan 2025,
+Table 2): 49M / 160M / 260M / 405M with V = 50257 and N = 512.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.config import check
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.layers import MLP, make_norm, param_init
+
+__all__ = ["Transformer", "TransformerConfig"]
+
+_PAPER = {  # size: (d_model, num_layers, num_heads) — RMT paper, Table 2 (baseline column)
+    "49m": (384, 6, 12),
+    "160m": (768, 12, 12),
+    "260m": (896, 18, 14),
+    "405m": (1024, 24, 16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Shape and options of :class:`Transformer`; invalid combinations fail here, when built."""
+
+    vocab_size: int = 256
+    seq_len: int = 256
+    num_layers: int = 4
+    d_model: int = 256
+    num_heads: int = 4
+    num_kv_heads: int = 0  # 0 = num_heads (multi-head); fewer gives GQA/MQA
+    d_ff: int = 0  # 0 = 4 * d_model
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    positions: Literal["learned", "alibi"] = "learned"
+    document_mask: bool = True
+    z_loss: float = 0.0
+    attention_impl: str = "auto"
+    dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "num_layers", "d_model", "num_heads"):
+            check(getattr(self, name) > 0, f"model.{name} must be positive")
+        check(
+            self.d_model % self.num_heads == 0,
+            f"model.num_heads={self.num_heads} must divide model.d_model={self.d_model}; "
+            "change one of them",
+        )
+        kv = self.kv_heads
+        check(
+            kv > 0 and self.num_heads % kv == 0,
+            f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
+        )
+        check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means 4 * d_model)")
+        check(self.z_loss >= 0, "model.z_loss must be >= 0")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @classmethod
+    def paper(cls, size: str, **overrides) -> TransformerConfig:
+        """The RMT paper's baseline presets: ``"49m"``, ``"160m"``, ``"260m"``, ``"405m"``."""
+        key = size.lower()
+        if key not in _PAPER:
+            raise ConfigError(f"unknown Transformer preset {size!r}; choose from {list(_PAPER)}")
+        d, layers, heads = _PAPER[key]
+        base = dict(vocab_size=50257, seq_len=512, num_layers=layers, d_model=d, num_heads=heads)
+        return cls(**{**base, **overrides})
+
+
+class Attention(nnx.Module):
+    """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections."""
+
+    def __init__(self, cfg: TransformerConfig, out_std: float, *, rngs: nnx.Rngs):
+        d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.head_dim
+        dense = lambda n_out, init, axes: nnx.Linear(  # noqa: E731
+            d,
+            n_out,
+            use_bias=False,
+            kernel_init=param_init(init, axes),
+            dtype=jnp.dtype(cfg.dtype),
+            param_dtype=jnp.dtype(cfg.param_dtype),
+            rngs=rngs,
+        )
+        normal = nnx.initializers.normal(0.02)
+        self.q = dense(h * hd, normal, ("embed", "heads"))
+        self.k = dense(kv * hd, normal, ("embed", "heads"))
+        self.v = dense(kv * hd, normal, ("embed", "heads"))
+        self.out = nnx.Linear(
+            h * hd,
+            d,
+            use_bias=False,
+            kernel_init=param_init(nnx.initializers.normal(out_std), ("heads", "embed")),
+            dtype=jnp.dtype(cfg.dtype),
+            param_dtype=jnp.dtype(cfg.param_dtype),
+            rngs=rngs,
+        )
+        self.num_heads, self.kv_heads, self.head_dim = h, kv, hd
+        self.impl = cfg.attention_impl
+        self.slopes = alibi_slopes(h) if cfg.positions == "alibi" else None
+
+    def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
+        B, T, _ = x_BTD.shape
+        q_BTHD = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
+        k_BTKD = self.k(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
+        v_BTKD = self.v(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
+        o_BTHD = dot_product_attention(
+            q_BTHD,
+            k_BTKD,
+            v_BTKD,
+            causal=True,
+            segment_ids=segment_ids,
+            alibi_slopes=self.slopes,
+            impl=self.impl,
+        )
+        return self.out(o_BTHD.reshape(B, T, -1))
+
+
+class Block(nnx.Module):
+    """One pre-norm block: ``x + Attn(Norm(x))`` then ``x + MLP(Norm(x))``."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        out_std = 0.02 / (2 * cfg.num_layers) ** 0.5
+        self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
+        self.attn = Attention(cfg, out_std, rngs=rngs)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
+        self.mlp = MLP(
+            cfg.d_model,
+            cfg.ff_dim,
+            out_std=out_std,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+        )
+
+    def __call__(self, x_BTD, segment_ids):
+        x_BTD = x_BTD + self.attn(self.norm1(x_BTD), segment_ids)
+        return x_BTD + self.mlp(self.norm2(x_BTD))
+
+
+class Transformer(nnx.Module):
+    """Decoder-only LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32)."""
+
+    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        pdt = jnp.dtype(cfg.param_dtype)
+        normal = nnx.initializers.normal(0.02)
+        self.embed = nnx.Embed(
+            cfg.vocab_size,
+            cfg.d_model,
+            embedding_init=param_init(normal, ("vocab", "embed")),
+            dtype=jnp.dtype(cfg.dtype),
+            param_dtype=pdt,
+            rngs=rngs,
+        )
+        self.pos_embed = (
+            nnx.Embed(
+                cfg.seq_len,
+                cfg.d_model,
+                embedding_init=param_init(normal, (None, "embed")),
+                dtype=jnp.dtype(cfg.dtype),
+                param_dtype=pdt,
+                rngs=rngs,
+            )
+            if cfg.positions == "learned"
+            else None
+        )
+        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
+        self.unembed = nnx.Linear(
+            cfg.d_model,
+            cfg.vocab_size,
+            use_bias=False,
+            kernel_init=param_init(normal, ("embed", "vocab")),
+            dtype=jnp.dtype(cfg.dtype),
+            param_dtype=pdt,
+            rngs=rngs,
+        )
+
+    def __call__(
+        self,
+        tokens_BT: Int[Array, "B T"],
+        *,
+        segment_ids: Int[Array, "B T"] | None = None,
+        positions: Int[Array, "B T"] | None = None,
+    ) -> Float[Array, "B T V"]:
+        B, T = tokens_BT.shape
+        if T > self.cfg.seq_len and self.pos_embed is not None:
+            raise ConfigError(
+                f"sequence length {T} exceeds model.seq_len={self.cfg.seq_len} (learned positions)"
+            )
+        x_BTD = self.embed(tokens_BT)
+        if self.pos_embed is not None:
+            positions = jnp.arange(T)[None, :] if positions is None else positions
+            x_BTD = x_BTD + self.pos_embed(positions)
+        if not self.cfg.document_mask:
+            segment_ids = None
+        for block in self.blocks:
+            x_BTD = block(x_BTD, segment_ids)
+        logits_BTV = self.unembed(self.final_norm(x_BTD))
+        return logits_BTV.astype(jnp.float32)

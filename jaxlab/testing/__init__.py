@@ -1,0 +1,1 @@
+"""Importable helpers for jaxlab's tests (and for users testing their own tasks)."""

@@ -1,0 +1,90 @@
+"""The XLA attention against an independent float64 numpy implementation, masks and errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+
+
+def numpy_attention(q, k, v, causal, segment_ids=None, slopes=None):
+    """Loop-over-heads float64 reference, written independently of the jnp code."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    out = np.zeros_like(q)
+    for b in range(B):
+        for h in range(H):
+            kv = h // (H // K)
+            s = q[b, :, h] @ k[b, :, kv].T / np.sqrt(D)
+            i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+            if slopes is not None:
+                s = s - float(slopes[h]) * np.abs(i - j)
+            allowed = np.ones((T, T), bool)
+            if causal:
+                allowed &= j <= i
+            if segment_ids is not None:
+                seg = np.asarray(segment_ids[b])
+                allowed &= seg[:, None] == seg[None, :]
+            s = np.where(allowed, s, -np.inf)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            out[b, :, h] = (p / p.sum(-1, keepdims=True)) @ v[b, :, kv]
+    return out
+
+
+def _qkv(key, B=2, T=12, H=4, K=4, D=8):
+    kq, kk, kv = jax.random.split(jax.random.key(key), 3)
+    return (
+        jax.random.normal(kq, (B, T, H, D)),
+        jax.random.normal(kk, (B, T, K, D)),
+        jax.random.normal(kv, (B, T, K, D)),
+    )
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("masks", ["none", "segments", "alibi", "both"])
+def test_matches_numpy_reference(causal, kv_heads, masks):
+    q, k, v = _qkv(0, K=kv_heads)
+    seg = jnp.array([[1] * 5 + [2] * 7, [1] * 12]) if masks in ("segments", "both") else None
+    slopes = alibi_slopes(4) if masks in ("alibi", "both") else None
+    got = dot_product_attention(q, k, v, causal=causal, segment_ids=seg, alibi_slopes=slopes)
+    want = numpy_attention(q, k, v, causal, seg, slopes)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)  # float32 vs float64
+
+
+def test_bfloat16_inputs_stay_close():
+    q, k, v = _qkv(1)
+    got = dot_product_attention(*(a.astype(jnp.bfloat16) for a in (q, k, v)), causal=True)
+    assert got.dtype == jnp.bfloat16
+    # bf16 keeps 8 mantissa bits: ~4e-3 relative per rounding, a few roundings deep.
+    np.testing.assert_allclose(got.astype(np.float32), numpy_attention(q, k, v, True), atol=5e-2)
+
+
+def test_alibi_slopes_follow_the_paper():
+    np.testing.assert_allclose(alibi_slopes(8), [2.0 ** (-i) for i in range(1, 9)], rtol=1e-6)
+    assert alibi_slopes(12).shape == (12,) and len(set(np.asarray(alibi_slopes(12)))) == 12
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(impl="flashy"), "unknown attention impl 'flashy'"),
+        (dict(segment_ids=jnp.ones((2, 5), jnp.int32)), "segment_ids"),
+        (dict(alibi_slopes=jnp.ones(3)), "alibi_slopes"),
+    ],
+)
+def test_bad_arguments_are_config_errors(kwargs, message):
+    q, k, v = _qkv(2)
+    with pytest.raises(ConfigError, match=message):
+        dot_product_attention(q, k, v, causal=True, **kwargs)
+
+
+def test_bad_shapes_are_config_errors():
+    q, k, v = _qkv(3)
+    with pytest.raises(ConfigError, match="not a multiple"):
+        dot_product_attention(q, k[:, :, :3], v[:, :, :3], causal=True)
+    with pytest.raises(ConfigError, match=r"\(B, T, H, D\)"):
+        dot_product_attention(q[0], k, v, causal=True)

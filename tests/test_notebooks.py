@@ -1,0 +1,40 @@
+"""Every notebook executes at smoke size, and its ``.ipynb`` matches its jupytext ``.py`` source."""
+
+import os
+import pathlib
+import sys
+
+import jupytext
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.conftest import REPO
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
+
+
+def _code(nb) -> list[str]:
+    return [c.source.strip() for c in nb.cells if c.cell_type == "code"]
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch):
+    paired = source.with_suffix(".ipynb")
+    assert paired.exists(), f"run: jupytext --to ipynb {source.relative_to(REPO)}"
+    nb = jupytext.read(source)
+    assert _code(nbformat.read(paired, as_version=4)) == _code(nb), (
+        f"{paired.name} is out of date: run jupytext --sync {source.relative_to(REPO)}"
+    )
+    monkeypatch.setenv("JAXLAB_SMOKE", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The kernel is this interpreter (the venv's), whatever `python` is on PATH.
+    monkeypatch.setenv(
+        "PATH", f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
