@@ -1,5 +1,5 @@
-"""Method-agnostic machinery: configs, experiments, the training loop, checkpoints, metrics, meshes.
+"""Method-agnostic machinery: configs, experiments, training loop, checkpoints, metrics, meshes.
 
-Nothing here imports from ``jaxlab.methods``; methods plug into :func:`jaxlab.core.loop.run_training`
-through the :class:`jaxlab.core.loop.Task` protocol.
+Nothing here imports from ``jaxlab.methods``; methods plug into
+:func:`jaxlab.core.loop.run_training` through the :class:`jaxlab.core.loop.Task` protocol.
 """

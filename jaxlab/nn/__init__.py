@@ -1,1 +1,1 @@
-"""Reusable NNX layers with explicit arguments, the attention dispatch and the baseline Transformer."""
+"""Reusable NNX layers with explicit arguments, attention dispatch, and the baseline Transformer."""
