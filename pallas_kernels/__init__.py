@@ -1,6 +1,27 @@
-"""Pallas kernels for jaxlab's hot paths (flash attention, tiled matmul).
+"""Pallas kernels for jaxlab's hot paths: flash attention and a tiled matmul.
 
-One file per op, each with its jnp reference beside the kernel. The kernels themselves land with the
-kernels issue; until then this package is intentionally empty and the attention dispatch in
-``jaxlab.nn.attention`` reports ``impl="pallas"`` as unavailable.
+One file per op, each holding the kernel bodies, the public wrapper (differentiable through
+``jax.custom_vjp``), a frozen ``BlockSizes`` dataclass (exported here under the op's name) and a
+plain-jnp ``*_reference`` beside the kernel. Kernels lower natively to GPUs (Triton) and TPUs
+(Mosaic) and run in the Pallas interpreter on CPU (``interpret=None`` picks that by itself). This
+package imports nothing from ``jaxlab``; user errors raise :class:`KernelConfigError` (a
+``ValueError``), which ``jaxlab.nn.attention`` re-raises as ``ConfigError``. See ``README.md`` here
+for backends, tolerances and measured numbers.
 """
+
+from pallas_kernels._common import KernelConfigError
+from pallas_kernels.flash_attention import BlockSizes as FlashAttentionBlockSizes
+from pallas_kernels.flash_attention import flash_attention, flash_attention_reference
+from pallas_kernels.matmul import ACTIVATIONS, matmul, matmul_reference
+from pallas_kernels.matmul import BlockSizes as MatmulBlockSizes
+
+__all__ = [
+    "ACTIVATIONS",
+    "FlashAttentionBlockSizes",
+    "KernelConfigError",
+    "MatmulBlockSizes",
+    "flash_attention",
+    "flash_attention_reference",
+    "matmul",
+    "matmul_reference",
+]

@@ -5,20 +5,27 @@
 multi-query attention) and picks an implementation from :class:`AttentionImpl`:
 
 * ``xla`` — the reference: explicit logits in float32, masks, softmax (Vaswani et al. 2017, eq. 1).
+* ``xla_chunked`` — keys in chunks under ``lax.scan`` with an online softmax (Rabe & Staats 2021,
+  "Self-attention does not need O(n^2) memory"; the running max/sum of FlashAttention-2, Dao 2023,
+  Alg. 1) and a ``custom_vjp`` that recomputes each chunk from the saved log-sum-exp (Alg. 2), so
+  memory grows linearly with T in the forward and the backward pass.
+* ``pallas`` — :func:`pallas_kernels.flash_attention` (Triton on GPU, Mosaic on TPU, the Pallas
+  interpreter on CPU: correct there, but slow).
 * ``cudnn`` — ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs.
 
-``impl="auto"`` resolves through :func:`default_impl` (one place, one rule). The Pallas flash kernel
-and the memory-efficient chunked XLA path are added to the enum by the kernels issue; until then the
-XLA reference is the CPU/TPU default.
+``impl="auto"`` resolves through :func:`default_impl` (one place, one rule): Pallas on GPU and TPU,
+and on CPU the XLA reference below :data:`CHUNKED_MIN_SEQ_LEN` keys and the chunked path from there.
 
 Masks: ``causal`` keeps keys at positions ``<=`` the query's; ``segment_ids`` (B, T) keeps only
 pairs in the same document (packed rows); ``alibi_slopes`` (H,) adds ``-slope_h * |i - j|`` to the
-logits (Press et al. 2022, "Train Short, Test Long", Sec. 3).
+logits (Press et al. 2022, "Train Short, Test Long", Sec. 3). Queries sit at the end of the keys
+(query ``i`` at position ``i + S - T``).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 
 import jax
@@ -26,9 +33,24 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+import pallas_kernels
 from jaxlab.core.errors import ConfigError
 
-__all__ = ["AttentionImpl", "alibi_slopes", "default_impl", "dot_product_attention"]
+__all__ = [
+    "CHUNKED_MIN_SEQ_LEN",
+    "AttentionImpl",
+    "alibi_slopes",
+    "default_impl",
+    "dot_product_attention",
+    "xla_attention",
+    "xla_chunked_attention",
+]
+
+# From this many keys on, "auto" on CPU takes the chunked path: the reference's float32 logits are
+# B·H·T·S·4 bytes, 16 MiB per (batch, head) at 2048 — past the caches, and 1 GiB for B·H = 64.
+CHUNKED_MIN_SEQ_LEN = 2048
+# Keys per chunk of the chunked path: (B, H, T, 512) float32 logits live at a time.
+CHUNK_SIZE = 512
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: fully masked rows stay NaN-free
 
@@ -38,16 +60,35 @@ class AttentionImpl(enum.StrEnum):
 
     AUTO = "auto"
     XLA = "xla"
+    XLA_CHUNKED = "xla_chunked"
+    PALLAS = "pallas"
     CUDNN = "cudnn"
 
 
-def default_impl(platform: str | None = None) -> AttentionImpl:
-    """The implementation ``impl="auto"`` uses on ``platform`` (default: JAX's default backend).
+# Flip to True once scripts/gpu_bench.sh's native tests pass on a GPU/TPU (see the docstring below).
+PALLAS_VERIFIED_ON_HARDWARE = False
 
-    XLA on every platform for now: cuDNN's fused kernel takes neither ALiBi nor document masks that
-    the models use. The kernels issue makes this Pallas on GPU/TPU and chunked XLA on CPU.
+
+def default_impl(platform: str | None = None, seq_len: int | None = None) -> AttentionImpl:
+    """The implementation ``impl="auto"`` uses on ``platform`` for ``seq_len`` keys.
+
+    The design is Pallas flash attention on GPU and TPU (it takes ALiBi and document masks, which
+    cuDNN's fused kernel does not). The kernels' native lowerings have not yet run on hardware
+    (``scripts/gpu_bench.sh`` is ready for the first GPU), so until they pass there the accelerators
+    use the XLA path: the chunked one for long sequences, the reference otherwise; pass
+    ``impl="pallas"`` to opt in. On CPU, where Pallas only interprets, the XLA reference for short
+    sequences and the chunked XLA path from :data:`CHUNKED_MIN_SEQ_LEN` keys on (memory linear in
+    T).
+
+    Args:
+      platform: ``"cpu"``, ``"gpu"``, ``"tpu"``; default ``jax.default_backend()``.
+      seq_len: number of keys; ``None`` counts as short.
     """
-    del platform  # The same answer everywhere until the kernels issue (see above).
+    platform = jax.default_backend() if platform is None else platform
+    if platform in ("gpu", "cuda", "rocm", "tpu") and PALLAS_VERIFIED_ON_HARDWARE:
+        return AttentionImpl.PALLAS
+    if seq_len is not None and seq_len >= CHUNKED_MIN_SEQ_LEN:
+        return AttentionImpl.XLA_CHUNKED
     return AttentionImpl.XLA
 
 
@@ -123,6 +164,142 @@ def xla_attention(
     return out_BTKGD.reshape(B, T, H, D)
 
 
+def _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg):
+    """Masked logits ``(B, K, G, T, C)`` of all queries against one key chunk; padding keys are
+    masked and reported in ``valid_C`` so their probabilities can be zeroed."""
+    causal, scale, offset, kv_len, _ = cfg
+    T, C = q_BKGTD.shape[3], k_BCKD.shape[1]
+    s = jnp.einsum("bkgtd,bckd->bkgtc", q_BKGTD, k_BCKD, preferred_element_type=jnp.float32)
+    s = s * scale
+    q_pos, k_pos = jnp.arange(T)[:, None] + offset, start + jnp.arange(C)[None, :]
+    if slopes_KG is not None:
+        distance_TC = jnp.abs(q_pos - k_pos).astype(jnp.float32)
+        s -= slopes_KG.astype(jnp.float32)[None, :, :, None, None] * distance_TC
+    valid_C = k_pos[0] < kv_len
+    keep = valid_C[None, :] & (q_pos >= k_pos) if causal else valid_C[None, :]
+    keep = keep[None, None, None]
+    if seg_BT is not None:
+        keep = keep & (seg_BT[:, :, None] == seg_BC[:, None, :])[:, None, None]
+    return jnp.where(keep, s, _MASK_VALUE), valid_C
+
+
+def _chunked_layout(q, k, v, seg_BS, chunk):
+    """Groups query heads by kv head and splits the keys into ``N`` chunks (scan axis first)."""
+    B, T, H, D = q.shape
+    S, K = k.shape[1], k.shape[2]
+    n = S // chunk
+    q_BKGTD = q.reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)
+    split = lambda x: x.reshape(B, n, chunk, *x.shape[2:]).swapaxes(0, 1)
+    seg_NBC = None if seg_BS is None else split(seg_BS)
+    return q_BKGTD, (jnp.arange(n) * chunk, split(k), split(v), seg_NBC)
+
+
+def _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg):
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    q_BKGTD, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
+    slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
+
+    def body(carry, x):  # FlashAttention-2 Alg. 1, one key chunk against all queries
+        m, denom, acc = carry
+        start, k_BCKD, v_BCKD, seg_BC = x
+        s, valid_C = _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg)
+        m_new = jnp.maximum(m, s.max(-1))
+        p = jnp.where(valid_C, jnp.exp(s - m_new[..., None]), 0.0)
+        correction = jnp.exp(m - m_new)
+        pv = jnp.einsum(
+            "bkgtc,bckd->bkgtd", p.astype(v.dtype), v_BCKD, preferred_element_type=jnp.float32
+        )
+        return (m_new, correction * denom + p.sum(-1), correction[..., None] * acc + pv), None
+
+    shape = q_BKGTD.shape[:-1]
+    init = (jnp.full(shape, -jnp.inf), jnp.zeros(shape), jnp.zeros(q_BKGTD.shape))
+    (m, denom, acc), _ = jax.lax.scan(body, init, xs)
+    o_BTHD = (acc / denom[..., None]).transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
+    return o_BTHD, m + jnp.log(denom)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _chunked(q, k, v, seg_BT, seg_BS, slopes, cfg):
+    return _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg)[0]
+
+
+def _chunked_fwd(q, k, v, seg_BT, seg_BS, slopes, cfg):
+    o, lse = _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg)
+    return o, (q, k, v, seg_BT, seg_BS, slopes, o, lse)
+
+
+def _chunked_bwd(cfg, residuals, do_BTHD):
+    """FlashAttention-2 Alg. 2 chunk by chunk: dK, dV per chunk, dQ accumulated in the carry."""
+    q, k, v, seg_BT, seg_BS, slopes, o, lse = residuals
+    B, T, H, D = q.shape
+    K, scale = k.shape[2], cfg[1]
+    q_BKGTD, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
+    slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
+    group = lambda x: x.reshape(B, T, K, H // K, -1).transpose(0, 2, 3, 1, 4)
+    do_BKGTD = group(do_BTHD)
+    delta = jnp.sum(group(o).astype(jnp.float32) * do_BKGTD.astype(jnp.float32), axis=-1)
+    f32 = dict(preferred_element_type=jnp.float32)
+
+    def body(dq, x):
+        start, k_BCKD, v_BCKD, seg_BC = x
+        s, valid_C = _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg)
+        p = jnp.where(valid_C, jnp.exp(s - lse[..., None]), 0.0)
+        dv = jnp.einsum("bkgtc,bkgtd->bckd", p.astype(do_BKGTD.dtype), do_BKGTD, **f32)
+        dp = jnp.einsum("bkgtd,bckd->bkgtc", do_BKGTD, v_BCKD, **f32)
+        ds = p * (dp - delta[..., None])
+        dk = jnp.einsum("bkgtc,bkgtd->bckd", ds.astype(q.dtype), q_BKGTD, **f32) * scale
+        dq += jnp.einsum("bkgtc,bckd->bkgtd", ds.astype(k.dtype), k_BCKD, **f32) * scale
+        return dq, (dk, dv)
+
+    dq, (dk_NBCKD, dv_NBCKD) = jax.lax.scan(body, jnp.zeros(q_BKGTD.shape), xs)
+    unsplit = lambda x, like: x.swapaxes(0, 1).reshape(like.shape).astype(like.dtype)
+    dq_BTHD = dq.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
+    return dq_BTHD, unsplit(dk_NBCKD, k), unsplit(dv_NBCKD, v), None, None, None
+
+
+_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+
+
+def xla_chunked_attention(
+    q_BTHD: Float[Array, "B T H D"],
+    k_BSKD: Float[Array, "B S K D"],
+    v_BSKD: Float[Array, "B S K D"],
+    *,
+    causal: bool,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    scale: float | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> Float[Array, "B T H D"]:
+    """Memory-efficient attention in plain XLA: keys in chunks of ``chunk_size`` (see module doc).
+
+    Peak memory holds a few ``(B, H, T, chunk)`` blocks of logits, not ``(B, H, T, S)``; keys are
+    padded to a multiple of the chunk and the padding masked. Gradients flow to q, k, v only.
+    """
+    T, D = q_BTHD.shape[1], q_BTHD.shape[3]
+    S = k_BSKD.shape[1]
+    if segment_ids is not None and S != T:
+        raise ConfigError("attention: segment_ids need equal query and key lengths")
+    if chunk_size <= 0:
+        raise ConfigError(f"attention: chunk_size={chunk_size} must be positive")
+    chunk = min(chunk_size, S)
+    Sp = -(-S // chunk) * chunk
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, Sp - S)) + ((0, 0),) * (x.ndim - 2))
+    seg_BS = None if segment_ids is None else pad(segment_ids)
+    cfg = (bool(causal), float(D**-0.5 if scale is None else scale), S - T, S, chunk)
+    return _chunked(q_BTHD, pad(k_BSKD), pad(v_BSKD), segment_ids, seg_BS, alibi_slopes, cfg)
+
+
+def _pallas_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale):
+    try:
+        return pallas_kernels.flash_attention(
+            q, k, v, causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes, scale=scale
+        )
+    except pallas_kernels.KernelConfigError as err:
+        raise ConfigError(f"attention impl 'pallas': {err}") from None
+
+
 def _cudnn_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale):
     if alibi_slopes is not None:
         raise ConfigError("attention impl 'cudnn' has no ALiBi; use impl='xla' or 'auto'")
@@ -131,6 +308,14 @@ def _cudnn_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale):
     return jax.nn.dot_product_attention(
         q, k, v, scale=scale, is_causal=causal, implementation="cudnn"
     )
+
+
+_IMPLS = {
+    AttentionImpl.XLA: xla_attention,
+    AttentionImpl.XLA_CHUNKED: xla_chunked_attention,
+    AttentionImpl.PALLAS: _pallas_attention,
+    AttentionImpl.CUDNN: _cudnn_attention,
+}
 
 
 def dot_product_attention(
@@ -156,8 +341,6 @@ def dot_product_attention(
         options = ", ".join(i.value for i in AttentionImpl)
         raise ConfigError(f"unknown attention impl {impl!r}; choose one of {options}") from None
     if impl is AttentionImpl.AUTO:
-        impl = default_impl()
+        impl = default_impl(seq_len=k.shape[1])
     kwargs = dict(causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes, scale=scale)
-    if impl is AttentionImpl.CUDNN:
-        return _cudnn_attention(q, k, v, **kwargs)
-    return xla_attention(q, k, v, **kwargs)
+    return _IMPLS[impl](q, k, v, **kwargs)

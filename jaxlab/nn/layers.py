@@ -15,6 +15,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
+import pallas_kernels
+
 __all__ = ["MLP", "count_params", "make_norm", "param_init"]
 
 
@@ -43,7 +45,13 @@ def make_norm(
 
 
 class MLP(nnx.Module):
-    """``W_out · GELU(W_in · x)`` without biases; ``W_out`` starts at N(0, out_std)."""
+    """``W_out · GELU(W_in · x)`` without biases; ``W_out`` starts at N(0, out_std).
+
+    ``matmul_impl="pallas"`` runs both products through :func:`pallas_kernels.matmul` (float32
+    accumulation, the GELU fused into the first product's epilogue; interpreted on CPU, so slow
+    there); ``"xla"`` (the default) uses ``nnx.Linear``. Both use the same parameters and the tanh
+    GELU, so a model can switch between them.
+    """
 
     def __init__(
         self,
@@ -53,8 +61,11 @@ class MLP(nnx.Module):
         out_std: float,
         dtype: str = "float32",
         param_dtype: str = "float32",
+        matmul_impl: Literal["xla", "pallas"] = "xla",
         rngs: nnx.Rngs,
     ):
+        if matmul_impl not in ("xla", "pallas"):
+            raise ValueError(f"unknown matmul_impl {matmul_impl!r}; choose 'xla' or 'pallas'")
         kw = dict(use_bias=False, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
         self.up = nnx.Linear(
             d_model,
@@ -70,9 +81,16 @@ class MLP(nnx.Module):
             rngs=rngs,
             **kw,
         )
+        self.matmul_impl = matmul_impl
+        self.dtype = jnp.dtype(dtype)
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
-        return self.down(jax.nn.gelu(self.up(x_BTD)))
+        if self.matmul_impl == "xla":
+            return self.down(jax.nn.gelu(self.up(x_BTD)))
+        w_up_DF = self.up.kernel[...].astype(self.dtype)
+        w_down_FD = self.down.kernel[...].astype(self.dtype)
+        h_BTF = pallas_kernels.matmul(x_BTD.astype(self.dtype), w_up_DF, activation="gelu")
+        return pallas_kernels.matmul(h_BTF, w_down_FD)
 
 
 def count_params(model: nnx.Module) -> int:

@@ -1,4 +1,9 @@
-"""The XLA attention against an independent float64 numpy implementation, masks and errors."""
+"""Attention against an independent float64 numpy implementation, the dispatch, and its errors.
+
+The XLA reference and the chunked path are checked against numpy for every mask; the contract test
+checks that every implementation in ``AttentionImpl`` agrees with the XLA one, outputs and grads
+(Pallas through its CPU interpreter, cuDNN only on a GPU).
+"""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +11,15 @@ import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.attention import (
+    CHUNKED_MIN_SEQ_LEN,
+    AttentionImpl,
+    alibi_slopes,
+    default_impl,
+    dot_product_attention,
+    xla_attention,
+    xla_chunked_attention,
+)
 
 
 def numpy_attention(q, k, v, causal, segment_ids=None, slopes=None):
@@ -88,3 +101,81 @@ def test_bad_shapes_are_config_errors():
         dot_product_attention(q, k[:, :, :3], v[:, :, :3], causal=True)
     with pytest.raises(ConfigError, match=r"\(B, T, H, D\)"):
         dot_product_attention(q[0], k, v, causal=True)
+
+
+@pytest.mark.parametrize("chunk", [5, 16])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("masks", ["none", "both"])
+def test_chunked_matches_numpy_reference(chunk, causal, masks):
+    q, k, v = _qkv(4, K=2)
+    seg = jnp.array([[1] * 5 + [2] * 7, [1] * 12]) if masks == "both" else None
+    slopes = alibi_slopes(4) if masks == "both" else None
+    got = xla_chunked_attention(
+        q, k, v, causal=causal, segment_ids=seg, alibi_slopes=slopes, chunk_size=chunk
+    )
+    np.testing.assert_allclose(got, numpy_attention(q, k, v, causal, seg, slopes), atol=2e-5)
+
+
+def _out_and_grads(impl, q, k, v, do, **kwargs):
+    @jax.jit
+    def run(q, k, v, do):
+        fn = lambda q, k, v: dot_product_attention(q, k, v, impl=impl, **kwargs)  # noqa: E731
+        out, vjp = jax.vjp(fn, q, k, v)
+        return (out, *vjp(do))
+
+    return run(q, k, v, do)
+
+
+@pytest.mark.parametrize("impl", [i for i in AttentionImpl if i is not AttentionImpl.AUTO])
+def test_every_impl_agrees_with_xla(impl):
+    """The contract: any implementation may replace the XLA one (outputs and dq, dk, dv)."""
+    if impl is AttentionImpl.CUDNN and jax.default_backend() != "gpu":
+        pytest.skip(f"cuDNN needs an NVIDIA GPU; JAX's default backend is {jax.default_backend()}")
+    q, k, v = _qkv(5, T=20, K=2, D=16)
+    do = jax.random.normal(jax.random.key(6), q.shape)
+    kwargs = dict(causal=True)
+    if impl is not AttentionImpl.CUDNN:  # cuDNN's fused kernel takes neither
+        kwargs |= dict(segment_ids=jnp.array([[1] * 9 + [2] * 11, [1] * 20]))
+        kwargs |= dict(alibi_slopes=alibi_slopes(4))
+    with jax.default_matmul_precision("highest"):
+        want = _out_and_grads("xla", q, k, v, do, **kwargs)
+        got = _out_and_grads(impl, q, k, v, do, **kwargs)
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=2e-5, rtol=2e-5, err_msg=name)
+
+
+def test_chunked_grads_match_xla_over_many_chunks():
+    q, k, v = _qkv(7, T=37, K=1)
+    do = jax.random.normal(jax.random.key(8), q.shape)
+
+    @jax.jit
+    def grads(q, k, v):
+        chunked = lambda *a: xla_chunked_attention(*a, causal=True, chunk_size=8)  # noqa: E731
+        reference = lambda *a: xla_attention(*a, causal=True)  # noqa: E731
+        loss = lambda f: lambda *a: jnp.vdot(f(*a), do)  # noqa: E731
+        grad = lambda f: jax.grad(loss(f), argnums=(0, 1, 2))(q, k, v)  # noqa: E731
+        return grad(chunked), grad(reference)
+
+    for g, w in zip(*grads(q, k, v), strict=True):
+        np.testing.assert_allclose(g, w, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "platform, seq_len, expected",
+    [
+        # Pallas is the accelerator default only once verified on hardware (see default_impl).
+        ("gpu", 128, AttentionImpl.XLA),
+        ("tpu", 8192, AttentionImpl.XLA_CHUNKED),
+        ("cpu", None, AttentionImpl.XLA),
+        ("cpu", CHUNKED_MIN_SEQ_LEN - 1, AttentionImpl.XLA),
+        ("cpu", CHUNKED_MIN_SEQ_LEN, AttentionImpl.XLA_CHUNKED),
+    ],
+)
+def test_default_impl(platform, seq_len, expected):
+    assert default_impl(platform, seq_len) is expected
+
+
+def test_pallas_errors_become_config_errors():
+    q, k, v = _qkv(9)
+    with pytest.raises(ConfigError, match="impl 'pallas': flash_attention: causal needs T <= S"):
+        dot_product_attention(q, k[:, :6], v[:, :6], causal=True, impl="pallas")

@@ -1,0 +1,563 @@
+"""Flash attention in Pallas: tiled online-softmax forward and dQ / dK-dV backward kernels.
+
+Implements FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism
+and Work Partitioning"): the forward pass (Alg. 1) keeps a running row maximum ``m`` and sum ``l``
+per query block while it streams key/value blocks, and saves the log-sum-exp ``L = m + log l``; the
+backward pass (Alg. 2) recomputes the probabilities from ``L`` and is split, as the paper suggests
+(Sec. 3.1.2), into a kernel that owns a key block and accumulates ``dK, dV`` over query blocks and
+one that owns a query block and accumulates ``dQ`` over key blocks, so neither needs atomics.
+Options: causal masking (skipped blocks are not computed), document masking by segment ids, ALiBi
+(Press et al. 2022, Sec. 3: ``-slope_h * |i - j|`` added to the logits), and grouped/multi-query
+attention (Ainslie et al. 2023: query head ``h`` reads kv head ``h // (H // K)``). Lengths that are
+not a multiple of the block are padded and the padded keys masked exactly. Queries are aligned to
+the end of the keys (query ``i`` sits at position ``i + S - T``), like ``jaxlab.nn.attention``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plgpu
+from jaxtyping import Array, Float, Int
+
+from pallas_kernels._common import (
+    KernelConfigError,
+    Style,
+    check_power_of_two,
+    load_tile,
+    pow2_at_least,
+    reduce_blocks,
+    resolve_backend,
+    round_up,
+)
+
+__all__ = ["BlockSizes", "flash_attention", "flash_attention_reference"]
+
+# Finite, so a masked logit minus a running max never produces inf - inf = NaN.
+MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes (powers of two) of the forward, dK/dV and dQ kernels.
+
+    ``block_q*`` tile the queries, ``block_k*`` the keys. Inputs shorter than a block shrink it to
+    the next power of two that covers them. The defaults suit an H100/H200 with head dim <= 128;
+    :meth:`for_backend` gives TPU tiles whose key axis fills the 128 vector lanes.
+    """
+
+    block_q: int = 128
+    block_k: int = 64
+    block_q_dkv: int = 64
+    block_k_dkv: int = 64
+    block_q_dq: int = 64
+    block_k_dq: int = 64
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_power_of_two("BlockSizes", field.name, getattr(self, field.name))
+
+    @classmethod
+    def for_backend(cls, backend: Style) -> BlockSizes:
+        return cls() if backend == "gpu" else cls(128, 128, 128, 128, 128, 128)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """Everything the kernels need that is known at trace time (hashable: custom_vjp nondiff)."""
+
+    block_q: int
+    block_k: int
+    block_q_dkv: int
+    block_k_dkv: int
+    block_q_dq: int
+    block_k_dq: int
+    causal: bool
+    scale: float
+    offset: int  # S - T: query i sits at key position i + offset
+    kv_len: int  # valid keys; positions >= kv_len are padding
+    kv_padded: bool
+    has_seg: bool
+    has_alibi: bool
+    groups: int  # query heads per kv head
+    style: Style
+    interpret: bool
+
+
+# ------------------------------------------------------------------------------------ tile maths
+
+
+def _dot(a, b, contract: tuple[int, int]):
+    """``a · b`` contracting dim ``contract[0]`` of ``a`` with ``contract[1]`` of ``b``, in f32.
+
+    float32 inputs ask for full precision, so GPUs do not silently drop to TF32 (10-bit mantissa).
+    """
+    dims = (((contract[0],), (contract[1],)), ((), ()))
+    precision = lax.Precision.HIGHEST if a.dtype == F32 and b.dtype == F32 else None
+    return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=F32)
+
+
+def _scores(q, k, q_start, k_start, seg_q, seg_k, slope, cfg: _Static):
+    """Masked logits ``scale · q kᵀ (+ ALiBi)`` of one (query block, key block) tile, and the
+    mask of real (non-padding) keys, or None when nothing is padded."""
+    s = _dot(q, k, (1, 1)) * cfg.scale
+    q_pos = q_start + cfg.offset + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+    k_pos = k_start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    if slope is not None:
+        s = s - slope * jnp.abs(q_pos - k_pos).astype(F32)
+    mask = q_pos >= k_pos if cfg.causal else None
+    if seg_q is not None:
+        same = seg_q == seg_k  # (bq, 1) == (1, bk)
+        mask = same if mask is None else jnp.logical_and(mask, same)
+    key_valid = None
+    if cfg.kv_padded:  # padding keys are masked (they must not raise the running max) and their
+        key_valid = k_pos < cfg.kv_len  # probabilities zeroed (padded query rows stay finite)
+        mask = key_valid if mask is None else jnp.logical_and(mask, key_valid)
+    if mask is not None:
+        s = jnp.where(mask, s, MASK_VALUE)
+    return s, key_valid
+
+
+def _probs(s_minus_max, key_valid):
+    p = jnp.exp(s_minus_max)
+    return p if key_valid is None else jnp.where(key_valid, p, 0.0)
+
+
+def _kv_hi(cfg: _Static, i, bq: int, bk: int, nk: int):
+    """Number of key blocks query block ``i`` needs (causal: up to its last query's position)."""
+    if not cfg.causal:
+        return nk
+    return jnp.minimum(lax.div((i + 1) * bq - 1 + cfg.offset, bk) + 1, nk)
+
+
+def _q_lo(cfg: _Static, j, bq: int, bk: int):
+    """First query block that sees key block ``j`` (causal), else 0."""
+    if not cfg.causal:
+        return 0
+    return lax.div(jnp.maximum(j * bk - cfg.offset, 0), bq)
+
+
+def _split(refs, n_main: int, cfg: _Static):
+    main, rest = refs[:n_main], list(refs[n_main:])
+    seg_q = seg_k = slopes = None
+    if cfg.has_seg:
+        seg_q, seg_k, *rest = rest
+    if cfg.has_alibi:
+        slopes, *rest = rest
+    return main, seg_q, seg_k, slopes, rest
+
+
+# --------------------------------------------------------------------------------------- kernels
+
+
+def _fwd_kernel(*refs, cfg: _Static):
+    """FlashAttention-2 Alg. 1 for one (batch, head, query block)."""
+    (q_ref, k_ref, v_ref), seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 3, cfg)
+    o_ref, lse_ref, *scratch = rest
+    h, i = pl.program_id(1), pl.program_id(2)
+    bq, bk = cfg.block_q, cfg.block_k
+    q_QD = q_ref[...]
+    seg_q = None if seg_q_ref is None else seg_q_ref[...]
+    slope = None if slopes_ref is None else slopes_ref[h]
+
+    def step(j, carry):
+        m_Q1, l_Q1, acc_QD = carry
+        k_KD = load_tile(k_ref, j, bk, cfg.style)
+        v_KD = load_tile(v_ref, j, bk, cfg.style)
+        seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
+        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        m_new = jnp.maximum(m_Q1, jnp.max(s_QK, axis=1, keepdims=True))
+        p_QK = _probs(s_QK - m_new, key_valid)
+        correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
+        l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
+        acc_new = correction * acc_QD + _dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
+        return m_new, l_new, acc_new
+
+    def init():
+        return (
+            jnp.full((bq, 1), -jnp.inf, F32),
+            jnp.zeros((bq, 1), F32),
+            jnp.zeros(q_QD.shape, F32),
+        )
+
+    def finalize(carry):
+        m_Q1, l_Q1, acc_QD = carry
+        o_ref[...] = (acc_QD / l_Q1).astype(o_ref.dtype)  # one division at the end (FA-2 Sec. 3.1)
+        lse_ref[...] = m_Q1 + jnp.log(l_Q1)
+
+    nk = k_ref.shape[0] // bk if cfg.style == "gpu" else pl.num_programs(3)
+    hi = _kv_hi(cfg, i, bq, bk, nk)
+    reduce_blocks(step, init, finalize, lo=0, hi=hi, style=cfg.style, scratch=scratch, axis=3)
+
+
+def _dkv_kernel(*refs, cfg: _Static):
+    """FlashAttention-2 Alg. 2, loop over query blocks: dK, dV of one (batch, q head, key block)."""
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
+    dk_ref, dv_ref, *scratch = rest
+    h, j = pl.program_id(1), pl.program_id(2)
+    bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
+    k_KD, v_KD = k_ref[...], v_ref[...]
+    seg_k = None if seg_k_ref is None else seg_k_ref[...]
+    slope = None if slopes_ref is None else slopes_ref[h]
+
+    def step(i, carry):
+        dk_KD, dv_KD = carry
+        q_QD = load_tile(q_ref, i, bq, cfg.style)
+        do_QD = load_tile(do_ref, i, bq, cfg.style)
+        lse_Q1 = load_tile(lse_ref, i, bq, cfg.style)
+        delta_Q1 = load_tile(delta_ref, i, bq, cfg.style)
+        seg_q = None if seg_q_ref is None else load_tile(seg_q_ref, i, bq, cfg.style)
+        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        p_QK = _probs(s_QK - lse_Q1, key_valid)  # the forward's probabilities, recomputed
+        dv_KD = dv_KD + _dot(
+            p_QK.T.astype(do_QD.dtype), do_QD, (1, 0)
+        )  # Pᵀ dO (explicit .T: Mosaic)
+        dp_QK = _dot(do_QD, v_KD, (1, 1))
+        ds_QK = p_QK * (dp_QK - delta_Q1)  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
+        dk_KD = dk_KD + _dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0))
+        return dk_KD, dv_KD
+
+    def init():
+        return jnp.zeros(k_KD.shape, F32), jnp.zeros(v_KD.shape, F32)
+
+    def finalize(carry):
+        dk_ref[...] = (carry[0] * cfg.scale).astype(dk_ref.dtype)
+        dv_ref[...] = carry[1].astype(dv_ref.dtype)
+
+    nq = q_ref.shape[0] // bq if cfg.style == "gpu" else pl.num_programs(3)
+    lo = _q_lo(cfg, j, bq, bk)
+    reduce_blocks(step, init, finalize, lo=lo, hi=nq, style=cfg.style, scratch=scratch, axis=3)
+
+
+def _dq_kernel(*refs, cfg: _Static):
+    """FlashAttention-2 Alg. 2, dQ part, owned by one (batch, head, query block): no atomics."""
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
+    dq_ref, *scratch = rest
+    h, i = pl.program_id(1), pl.program_id(2)
+    bq, bk = cfg.block_q_dq, cfg.block_k_dq
+    q_QD, do_QD, lse_Q1, delta_Q1 = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
+    seg_q = None if seg_q_ref is None else seg_q_ref[...]
+    slope = None if slopes_ref is None else slopes_ref[h]
+
+    def step(j, carry):
+        (dq_QD,) = carry
+        k_KD = load_tile(k_ref, j, bk, cfg.style)
+        v_KD = load_tile(v_ref, j, bk, cfg.style)
+        seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
+        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        p_QK = _probs(s_QK - lse_Q1, key_valid)
+        ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)
+        return (dq_QD + _dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0)),)
+
+    def finalize(carry):
+        dq_ref[...] = (carry[0] * cfg.scale).astype(dq_ref.dtype)
+
+    nk = k_ref.shape[0] // bk if cfg.style == "gpu" else pl.num_programs(3)
+    hi = _kv_hi(cfg, i, bq, bk, nk)
+    init = lambda: (jnp.zeros(q_QD.shape, F32),)
+    reduce_blocks(step, init, finalize, lo=0, hi=hi, style=cfg.style, scratch=scratch, axis=3)
+
+
+# ------------------------------------------------------------------------------- pallas_calls
+
+
+def _call(
+    kernel,
+    cfg: _Static,
+    *,
+    rows: tuple[int, int],
+    stream: tuple[int, int, bool],
+    arrays,
+    roles,
+    out_shape,
+    out_roles,
+    scratch,
+    name,
+):
+    """Builds the BlockSpecs of one kernel and calls it.
+
+    Every array is ``(B, heads, L, width)`` or a segment array; ``roles[n]`` says whether array
+    ``n`` is tiled like the program's own block (``"row"``), streamed (``"stream"``), indexed by
+    kv head (suffix ``"_kv"``), a segment array (``"seg_row"``/``"seg_stream"`` with the length on
+    axis 1 or 2) or the ALiBi slopes. ``rows = (block, count)``; ``stream = (block, count, q_side)``
+    where ``q_side`` tells the clamp rule for causal skipping.
+    """
+    B, H = arrays[0].shape[:2]
+    row_block, n_rows = rows
+    stream_block, n_stream, stream_is_q = stream
+    kv_head = lambda h: lax.div(h, cfg.groups)
+
+    def clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last useful one)
+        if not cfg.causal:
+            return s
+        if stream_is_q:
+            return jnp.maximum(s, _q_lo(cfg, r, stream_block, row_block))
+        return jnp.minimum(s, _kv_hi(cfg, r, row_block, stream_block, n_stream) - 1)
+
+    def spec(role, array):
+        tpu = cfg.style == "tpu"
+        if role == "slopes":  # (H,): a scalar per program, in SMEM on TPU
+            return pl.BlockSpec(memory_space=pltpu.SMEM) if tpu else pl.BlockSpec(array.shape)
+        head = kv_head if role.endswith("_kv") else (lambda h: h)
+        role = role.removesuffix("_kv")
+        seg = role.startswith("seg_")  # (B, L, 1) query-side ids or (B, 1, L) key-side ids
+        axis = (1 if array.shape[-1] == 1 else 2) if seg else 2  # the length axis
+        streamed = role.endswith("stream")
+        block = [None, *array.shape[1:]] if seg else [None, None, *array.shape[2:]]
+        if not streamed:
+            block[axis] = row_block
+        elif tpu:
+            block[axis] = stream_block  # GPU: the whole length, sliced inside the kernel
+
+        def index_map(b, h, r, *s):
+            index = [b, 0, 0] if seg else [b, head(h), 0, 0]
+            if not streamed:
+                index[axis] = r
+            elif tpu:
+                index[axis] = clamp(r, s[0])
+            return tuple(index)
+
+        return pl.BlockSpec(tuple(block), index_map)
+
+    in_specs = [spec(role, a) for role, a in zip(roles, arrays, strict=True)]
+    out_specs = [spec(role, o) for role, o in zip(out_roles, out_shape, strict=True)]
+    if cfg.style == "tpu":
+        grid = (B, H, n_rows, n_stream)
+        params = pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
+        scratch_shapes = [pltpu.VMEM(shape, F32) for shape in scratch]
+    else:
+        grid = (B, H, n_rows)
+        width = arrays[0].shape[-1]
+        params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
+        scratch_shapes = []
+    return pl.pallas_call(
+        functools.partial(kernel, cfg=cfg),
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        scratch_shapes=scratch_shapes,
+        compiler_params=params,
+        interpret=cfg.interpret,
+        name=name,
+    )(*arrays)
+
+
+def _extras(seg_q, seg_k, slopes, row_is_q: bool):
+    arrays, roles = [], []
+    if seg_q is not None:
+        arrays += [seg_q, seg_k]
+        roles += ["seg_row", "seg_stream"] if row_is_q else ["seg_stream", "seg_row"]
+    if slopes is not None:
+        arrays.append(slopes)
+        roles.append("slopes")
+    return arrays, roles
+
+
+def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
+    B, H, Tp, D = q.shape
+    bq, bk = cfg.block_q, cfg.block_k
+    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    out_shape = [
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        jax.ShapeDtypeStruct((B, H, Tp, 1), F32),
+    ]
+    return _call(
+        _fwd_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, k.shape[2] // bk, False),
+        arrays=[q, k, v, *extra], roles=["row", "stream_kv", "stream_kv", *extra_roles],
+        out_shape=out_shape, out_roles=["row", "row"],
+        scratch=[(bq, 1), (bq, 1), (bq, D)], name="flash_attention_fwd",
+    )  # fmt: skip
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _flash(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
+    return _forward(q, k, v, seg_q, seg_k, slopes, cfg)[0]
+
+
+def _flash_fwd(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
+    o, lse = _forward(q, k, v, seg_q, seg_k, slopes, cfg)
+    return o, (q, k, v, seg_q, seg_k, slopes, o, lse)
+
+
+def _flash_bwd(cfg: _Static, residuals, do):
+    q, k, v, seg_q, seg_k, slopes, o, lse = residuals
+    B, H, Tp, D = q.shape
+    K, Sp = k.shape[1], k.shape[2]
+    # FA-2 Alg. 2 line 4: D_i = rowsum(dO_i ∘ O_i), an elementwise pass XLA fuses on its own.
+    delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
+    arrays = [q, k, v, do, lse, delta]
+    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=False)
+    bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
+    # dK, dV per *query* head (f32), summed over each kv head's group below (GQA).
+    dk, dv = _call(
+        _dkv_kernel, cfg, rows=(bk, Sp // bk), stream=(bq, Tp // bq, True),
+        arrays=arrays + extra,
+        roles=["stream", "row_kv", "row_kv", "stream", "stream", "stream", *extra_roles],
+        out_shape=[jax.ShapeDtypeStruct((B, H, Sp, D), F32)] * 2, out_roles=["row", "row"],
+        scratch=[(bk, D), (bk, D)], name="flash_attention_dkv",
+    )  # fmt: skip
+    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    bq, bk = cfg.block_q_dq, cfg.block_k_dq
+    (dq,) = _call(
+        _dq_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, Sp // bk, False),
+        arrays=arrays + extra,
+        roles=["row", "stream_kv", "stream_kv", "row", "row", "row", *extra_roles],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)], out_roles=["row"],
+        scratch=[(bq, D)], name="flash_attention_dq",
+    )  # fmt: skip
+    dk = dk.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(k.dtype)
+    dv = dv.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(v.dtype)
+    return dq, dk, dv, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ------------------------------------------------------------------------------ public wrapper
+
+
+def _check_inputs(q, k, v, segment_ids, alibi_slopes, causal: bool) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise KernelConfigError(
+            f"flash_attention expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
+        )
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise KernelConfigError(f"flash_attention: q{q.shape}, k{k.shape}, v{v.shape} do not fit")
+    if q.shape[2] % k.shape[2]:
+        raise KernelConfigError(
+            f"flash_attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
+        )
+    T, S = q.shape[1], k.shape[1]
+    if causal and T > S:
+        raise KernelConfigError(f"flash_attention: causal needs T <= S; got T={T}, S={S}")
+    if segment_ids is not None and (segment_ids.shape != q.shape[:2] or T != S):
+        raise KernelConfigError(
+            f"flash_attention: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]} "
+            "with as many keys as queries"
+        )
+    if alibi_slopes is not None and alibi_slopes.shape != (q.shape[2],):
+        raise KernelConfigError(
+            f"flash_attention: alibi_slopes{alibi_slopes.shape} must be (H,)=({q.shape[2]},)"
+        )
+
+
+def flash_attention(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B S K D"],
+    v: Float[Array, "B S K D"],
+    *,
+    causal: bool = False,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    scale: float | None = None,
+    block_sizes: BlockSizes | None = None,
+    interpret: bool | None = None,
+    backend: Style | None = None,
+) -> Float[Array, "B T H D"]:
+    """Softmax attention ``softmax(scale · q kᵀ + bias + mask) v`` without materialising logits.
+
+    Differentiable in ``q, k, v`` through ``jax.custom_vjp`` with the FlashAttention-2 backward
+    kernels (Dao 2023, Alg. 2); ``segment_ids`` and ``alibi_slopes`` are constants (no gradient).
+
+    Args:
+      q: queries; ``k``, ``v``: keys and values with ``K`` heads, ``K`` dividing ``H``.
+      causal: query ``i`` sees keys at positions ``<= i + S - T``.
+      segment_ids: document ids of packed rows; a query sees only keys of its own document.
+      alibi_slopes: per-head ALiBi slopes, bias ``-slope_h · |i - j|`` (Press et al. 2022).
+      scale: logit scale, default ``D ** -0.5``.
+      block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`.
+      interpret: run the Pallas interpreter; ``None`` means exactly when on CPU.
+      backend: ``"gpu"`` (Triton) or ``"tpu"`` (Mosaic) kernel style; ``None`` follows the
+        default backend (the GPU style on CPU).
+
+    Raises:
+      KernelConfigError: for shapes that do not fit, bad block sizes, or a native kernel asked for
+        on another platform.
+    """
+    _check_inputs(q, k, v, segment_ids, alibi_slopes, causal)
+    style, interpret = resolve_backend(backend, interpret)
+    if block_sizes is None:
+        block_sizes = BlockSizes.for_backend(style)
+    if not isinstance(block_sizes, BlockSizes):
+        raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
+    B, T, H, D = q.shape
+    S, K = k.shape[1], k.shape[2]
+    blocks = {f.name: getattr(block_sizes, f.name) for f in dataclasses.fields(BlockSizes)}
+    if style == "gpu" and not interpret and min(blocks.values()) < 16:
+        raise KernelConfigError(f"native GPU kernels need blocks >= 16 (tl.dot); got {blocks}")
+    # Shrink blocks to short inputs, then pad the lengths to a multiple of every block.
+    for name, size in blocks.items():
+        blocks[name] = min(size, pow2_at_least(T if name.startswith("block_q") else S))
+    if style == "tpu" and not interpret:
+        for name, size in blocks.items():
+            full = pow2_at_least(T if name.startswith("block_q") else S)
+            if name.startswith("block_k") and size < min(128, full):
+                raise KernelConfigError(f"native TPU kernels need {name} >= 128; got {size}")
+    Tp = round_up(T, max(v for n, v in blocks.items() if n.startswith("block_q")))
+    Sp = round_up(S, max(v for n, v in blocks.items() if n.startswith("block_k")))
+    # Triton loads need power-of-two tiles of at least 16: pad the head dim with zeros.
+    Dp = max(16, pow2_at_least(D)) if style == "gpu" else D
+
+    def to_bhld(x, length):
+        x = jnp.swapaxes(x, 1, 2)
+        return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, Dp - D)))
+
+    seg_q = seg_k = None
+    if segment_ids is not None:
+        seg = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, Tp - T)), constant_values=-1)
+        seg_q, seg_k = seg[:, :, None], seg[:, None, :]
+    slopes = None if alibi_slopes is None else alibi_slopes.astype(F32)
+    cfg = _Static(
+        **blocks,
+        causal=bool(causal),
+        scale=float(D**-0.5 if scale is None else scale),
+        offset=S - T,
+        kv_len=S,
+        kv_padded=Sp != S,
+        has_seg=seg_q is not None,
+        has_alibi=slopes is not None,
+        groups=H // K,
+        style=style,
+        interpret=interpret,
+    )
+    o = _flash(to_bhld(q, Tp), to_bhld(k, Sp), to_bhld(v, Sp), seg_q, seg_k, slopes, cfg)
+    return jnp.swapaxes(o[:, :, :T, :D], 1, 2)
+
+
+def flash_attention_reference(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B S K D"],
+    v: Float[Array, "B S K D"],
+    *,
+    causal: bool = False,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    scale: float | None = None,
+) -> Float[Array, "B T H D"]:
+    """The same attention in plain jnp with explicit ``(B, H, T, S)`` logits in float32."""
+    B, T, H, D = q.shape
+    S, K = k.shape[1], k.shape[2]
+    scale = D**-0.5 if scale is None else scale
+    k_BSHD = jnp.repeat(k, H // K, axis=2)
+    v_BSHD = jnp.repeat(v, H // K, axis=2)
+    s_BHTS = jnp.einsum("bthd,bshd->bhts", q, k_BSHD, preferred_element_type=F32) * scale
+    i, j = jnp.arange(T)[:, None] + S - T, jnp.arange(S)[None, :]
+    if alibi_slopes is not None:
+        s_BHTS -= alibi_slopes.astype(F32)[:, None, None] * jnp.abs(i - j).astype(F32)
+    keep = jnp.ones((B, 1, T, S), bool)
+    if causal:
+        keep &= i >= j
+    if segment_ids is not None:
+        keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+    p_BHTS = jax.nn.softmax(jnp.where(keep, s_BHTS, MASK_VALUE), axis=-1)
+    return jnp.einsum("bhts,bshd->bthd", p_BHTS.astype(v.dtype), v_BSHD).astype(q.dtype)
