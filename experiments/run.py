@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
-    print("summary:", ", ".join(f"{k}={v}" for k, v in summary.items() if not isinstance(v, dict)))
+    shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}
+    print("summary:", ", ".join(f"{k}={v}" for k, v in shown.items()))
+    print(
+        f"full summary: {args.workdir or 'runs/' + args.exp + ('_smoke' if args.smoke else '')}"
+        "/summary.json"
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ The loop knows nothing about methods: it drives any object satisfying :class:`Ta
 
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 import time
@@ -33,10 +34,11 @@ from flax import nnx
 
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.config import TrainConfig, to_dict
-from jaxlab.core.errors import RunError
+from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.mesh import (
     AxisRules,
     MeshConfig,
+    batch_sharding,
     global_batch,
     make_mesh,
     maybe_initialize_distributed,
@@ -45,7 +47,7 @@ from jaxlab.core.mesh import (
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
 
-__all__ = ["Task", "run_training"]
+__all__ = ["Task", "create_state", "make_train_step", "run_training"]
 
 Batch = Mapping[str, np.ndarray]
 
@@ -68,6 +70,30 @@ class Task(Protocol):
     def eval_batches(self, batch_size: int, num_batches: int) -> Sequence[Batch]: ...
 
     def tokens_per_example(self) -> int: ...
+
+
+def create_state(task: Task, tx: optax.GradientTransformation, key: jax.Array) -> Any:
+    """Builds the model and its optimizer; returns ``(graphdef, state)`` of the pair."""
+    model = task.build_model(nnx.Rngs(params=key))
+    return nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+
+
+def make_train_step(task: Task, graphdef: Any) -> Callable:
+    """The pure train step ``(state, batch, key) -> (state, metrics)`` for ``jax.jit``.
+
+    Also used to lower and compile a step ahead of time for a target mesh (see the RMT's AOT
+    check), so that what is compiled there is exactly what the loop runs.
+    """
+
+    def train_step(state, batch, key):
+        model, opt = nnx.merge(graphdef, state)
+        grad_fn = nnx.value_and_grad(lambda m: task.loss(m, batch, key), has_aux=True)
+        (_, metrics), grads = grad_fn(model)
+        opt.update(model, grads)
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+        return nnx.split((model, opt))[1], metrics
+
+    return train_step
 
 
 def _format_eta(seconds: float) -> str:
@@ -115,13 +141,18 @@ def run_training(
     is_main = jax.process_index() == 0
     mesh = make_mesh(mesh_cfg)
     rules = rules or AxisRules()
+    batch_shards = math.prod(
+        mesh.shape[a] for a in batch_sharding(mesh, rules).spec[0] or () if a in mesh.shape
+    )
+    if cfg.batch_size % batch_shards:
+        raise ConfigError(
+            f"train.batch_size={cfg.batch_size} does not divide over the {batch_shards} "
+            "data-parallel devices; use a multiple of it or set mesh.data / mesh.fsdp"
+        )
     tx = make_optimizer(cfg, decay_mask)
     schedule = make_schedule(cfg)
 
-    def create(key: jax.Array) -> Any:
-        model = task.build_model(nnx.Rngs(params=key))
-        return nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
-
+    create = functools.partial(create_state, task, tx)
     seed_key = jax.random.key(cfg.seed)
     init_key, step_key = jax.random.split(seed_key)
     graphdef, abstract_state = jax.eval_shape(create, init_key)
@@ -162,13 +193,7 @@ def run_training(
     )
 
     # ------------------------------------------------------------------ compiled steps
-    def train_step(state, batch, key):
-        model, opt = nnx.merge(graphdef, state)
-        grad_fn = nnx.value_and_grad(lambda m: task.loss(m, batch, key), has_aux=True)
-        (_, metrics), grads = grad_fn(model)
-        opt.update(model, grads)
-        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
-        return nnx.split((model, opt))[1], metrics
+    train_step = make_train_step(task, graphdef)
 
     def eval_step(state, batch):
         model, _ = nnx.merge(graphdef, state)

@@ -1,0 +1,91 @@
+"""Matched Transformer/RMT pairs and the analysis of the RMT paper's scaling comparison.
+
+A pair shares the core width ``D = R * Dv`` (the transformer's model dimension, the RMT's MLP input
+and embedding size), the number of layers, the head count ``H = R`` and head size ``Dv``, and
+``d_ff`` — the way the paper pairs its 405M transformer with its 305M RMT (Table 2). The RMT then
+has fewer parameters (no W_Q, W_K, W_V, W_O) and fewer FLOPs per token, and a residual stream of
+``Dk * Dv`` entries instead of ``D``.
+
+The headline numbers (paper Sec. 5.1, Table 3) are the fraction of the transformer's training FLOPs
+and tokens that the RMT needs to reach the transformer's final loss; :func:`fraction_to_reach`
+reads them off the validation curves by linear interpolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+
+from jaxlab.methods.rmt.config import RMTConfig
+from jaxlab.nn.transformer import TransformerConfig
+
+__all__ = ["fraction_to_reach", "matched_pair", "non_embedding_params", "tokens_to_reach"]
+
+_EMBEDDING_NAMES = ("embed", "pos_embed", "unembed")
+
+
+def matched_pair(
+    width: int,
+    layers: int,
+    *,
+    head_dim: int,
+    d_key: int,
+    seq_len: int,
+    vocab_size: int,
+    norm: str = "rmsnorm",
+    positions: str = "alibi",
+) -> tuple[TransformerConfig, RMTConfig]:
+    """The transformer and RMT of core width ``width`` (= heads x head_dim), ``layers`` deep."""
+    heads = width // head_dim
+    common = dict(
+        vocab_size=vocab_size, seq_len=seq_len, num_layers=layers, norm=norm, positions=positions
+    )
+    transformer = TransformerConfig(d_model=width, num_heads=heads, d_ff=4 * width, **common)
+    rmt = RMTConfig(rank=heads, d_key=d_key, d_value=head_dim, d_ff=4 * width, **common)
+    return transformer, rmt
+
+
+def non_embedding_params(model: nnx.Module) -> int:
+    """Parameters outside the token/position embeddings and the unembedding (Kaplan et al. 2020)."""
+    total = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
+        names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
+        if not names & set(_EMBEDDING_NAMES):
+            total += leaf.size
+    return total
+
+
+def tokens_to_reach(
+    tokens: Sequence[float], losses: Sequence[float], target: float
+) -> float | None:
+    """Tokens at which a validation curve first reaches ``target`` (interpolated); None if never."""
+    prev_t, prev_l = 0.0, None
+    for t, loss in zip(tokens, losses, strict=True):
+        if loss <= target:
+            if prev_l is None or prev_l == loss:
+                return float(t)
+            return float(prev_t + (t - prev_t) * (prev_l - target) / (prev_l - loss))
+        prev_t, prev_l = t, loss
+    return None
+
+
+def fraction_to_reach(
+    rmt_curve: tuple[Sequence[float], Sequence[float]],
+    transformer_curve: tuple[Sequence[float], Sequence[float]],
+    rmt_flops_per_token: float,
+    transformer_flops_per_token: float,
+) -> dict[str, float | None]:
+    """Tokens and FLOPs the RMT needs for the transformer's final loss, as fractions of its own."""
+    target = transformer_curve[1][-1]
+    tokens = tokens_to_reach(*rmt_curve, target)
+    total = transformer_curve[0][-1]
+    if tokens is None:
+        return {"target_loss": target, "tokens_fraction": None, "flops_fraction": None}
+    frac = tokens / total
+    return {
+        "target_loss": target,
+        "tokens_fraction": frac,
+        "flops_fraction": frac * rmt_flops_per_token / transformer_flops_per_token,
+    }
