@@ -1,0 +1,26 @@
+"""Network ARD (Zhang et al., ICML 2025): sparse multi-output regression with a learned network.
+
+``Y = W X + E`` with a matrix-normal ARD prior on W (one precision α_i per input feature, shared by
+all m outputs) and a sparse output precision Ω (graphical lasso). :func:`fit` runs one of four
+algorithms — ``nard`` (block coordinate ascent), ``sequential`` (Tipping–Faul add / re-estimate /
+delete),
+``surrogate`` (Lipschitz lower bound with a diagonal intermediate matrix) and
+``sequential_surrogate`` — all pure JAX with ``lax.while_loop`` inside. :func:`graphical_lasso` is
+the JAX graphical lasso they share; :func:`log_marginal_likelihood` evaluates the model's evidence.
+See ``README.md`` in this folder for the derivations and measured results.
+"""
+
+from jaxlab.methods.nard.api import METHODS, NARDResult, fit
+from jaxlab.methods.nard.cv import select_lam
+from jaxlab.methods.nard.glasso import GlassoResult, graphical_lasso
+from jaxlab.methods.nard.model import log_marginal_likelihood
+
+__all__ = [
+    "METHODS",
+    "GlassoResult",
+    "NARDResult",
+    "fit",
+    "graphical_lasso",
+    "log_marginal_likelihood",
+    "select_lam",
+]

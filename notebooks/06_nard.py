@@ -1,0 +1,119 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Network ARD (Zhang et al., ICML 2025)
+#
+# Sparse multi-output regression `Y = W X + E` where an ARD prior (one precision α_i per input
+# feature, shared by all outputs) selects features and a graphical lasso learns the output network
+# Ω = V⁻¹. `jaxlab.methods.nard.fit` runs four algorithms: `nard` (block coordinate ascent,
+# O(d³) per iteration), `sequential` (one feature at a time), `surrogate` (a Lipschitz lower bound
+# whose intermediate matrix is diagonal) and `sequential_surrogate`. This notebook fits them on a
+# synthetic problem with a known chain-structured network and compares support recovery and cost.
+# Set `JAXLAB_SMOKE=1` for a tiny run.
+
+# %%
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/jaxlab/jaxlab"],
+        check=True,
+    )
+
+# %%
+import jax
+import numpy as np
+from matplotlib.figure import Figure
+
+jax.config.update("jax_enable_x64", True)  # the solvers' reference precision
+
+from jaxlab.data.nard_synthetic import make_problem
+from jaxlab.methods.nard import METHODS, fit, log_marginal_likelihood
+from jaxlab.methods.nard.scores import network_errors, support_rates
+
+SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))
+d, m, n, p = (40, 5, 60, 3) if SMOKE else (300, 20, 200, 10)
+problem = make_problem(d, m, n, p, seed=0)
+print(
+    f"X {problem.X.shape}, Y {problem.Y.shape}, active features {np.flatnonzero(problem.support)}"
+)
+
+# %% [markdown]
+# ## The four algorithms
+# Each returns the coefficients W, the ARD precisions α (`inf` = pruned), the output precision Ω,
+# the selected features, the objective trace and the seconds per iteration (compilation excluded).
+
+# %%
+results = {}
+for method in METHODS:
+    res = fit(problem.X, problem.Y, method=method, lam=0.15)
+    tpr, fpr = support_rates(res.selected, problem.support)
+    frob, edge = network_errors(res.precision, problem.precision)
+    results[method] = res
+    print(
+        f"{method:21s} iters={res.n_iter:4d} s/iter={res.seconds_per_iter:.4f} "
+        f"TPR={tpr:.2f} FPR={fpr:.3f} Ω rel.err={frob:.3f} edge err={edge:.3f}"
+    )
+
+# %% [markdown]
+# ## Objective traces
+# `nard` and `sequential` ascend the penalised log marginal likelihood; the surrogate methods ascend
+# a lower bound of it, which is why their curves sit below.
+
+# %%
+fig = Figure(figsize=(6, 3.5))
+ax = fig.add_subplot()
+for method, res in results.items():
+    ax.plot(np.asarray(res.objective)[1:], label=method)
+ax.set_xlabel("iteration")
+ax.set_ylabel("objective")
+ax.set_xscale("log")
+ax.legend(fontsize=8)
+fig  # noqa: B018 - display the figure
+
+# %% [markdown]
+# ## The learned output network
+# Partial correlations −Ω_ij / sqrt(Ω_ii Ω_jj) of the true chain and of NARD's estimate.
+
+
+# %%
+def partial_corr(prec):
+    s = np.sqrt(np.diag(prec))
+    out = -np.asarray(prec) / np.outer(s, s)
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+fig = Figure(figsize=(8, 3.5))
+for k, (title, prec) in enumerate(
+    [("true Ω", problem.precision), ("NARD Ω", np.asarray(results["nard"].precision))]
+):
+    ax = fig.add_subplot(1, 2, k + 1)
+    ax.imshow(partial_corr(prec), cmap="RdBu_r", vmin=-0.6, vmax=0.6)
+    ax.set_title(title)
+fig  # noqa: B018 - display the figure
+
+# %% [markdown]
+# ## The surrogate is a lower bound
+# At the surrogate's solution the true log marginal likelihood (no penalty) is evaluated directly.
+
+# %%
+res = results["surrogate"]
+print(
+    "log p(Y | α, Ω) at the surrogate solution:",
+    float(log_marginal_likelihood(problem.X, problem.Y, res.alpha, res.precision)),
+)
+print("surrogate bound (penalised) at the end:   ", float(res.objective[-1]))
