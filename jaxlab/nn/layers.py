@@ -16,8 +16,9 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 import pallas_kernels
+from jaxlab.core.errors import ConfigError
 
-__all__ = ["MLP", "count_params", "make_norm", "param_init"]
+__all__ = ["MLP", "TokenEmbedding", "count_params", "make_norm", "param_init"]
 
 
 def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
@@ -91,6 +92,49 @@ class MLP(nnx.Module):
         w_down_FD = self.down.kernel[...].astype(self.dtype)
         h_BTF = pallas_kernels.matmul(x_BTD.astype(self.dtype), w_up_DF, activation="gelu")
         return pallas_kernels.matmul(h_BTF, w_down_FD)
+
+
+class TokenEmbedding(nnx.Module):
+    """Token embedding plus optional learned absolute positions, N(0, 0.02) init, no biases.
+
+    ``positions="alibi"`` (or anything but ``"learned"``) adds no position table: the attention
+    carries the positions then.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        seq_len: int,
+        dim: int,
+        *,
+        positions: str,
+        dtype: str = "float32",
+        param_dtype: str = "float32",
+        rngs: nnx.Rngs,
+    ):
+        normal = nnx.initializers.normal(0.02)
+        kw = dict(dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype), rngs=rngs)
+        self.tokens = nnx.Embed(
+            vocab_size, dim, embedding_init=param_init(normal, ("vocab", "embed")), **kw
+        )
+        self.positions = (
+            nnx.Embed(seq_len, dim, embedding_init=param_init(normal, (None, "embed")), **kw)
+            if positions == "learned"
+            else None
+        )
+        self.seq_len = seq_len
+
+    def __call__(self, tokens_BT, positions_BT=None) -> Float[Array, "B T D"]:
+        x_BTD = self.tokens(tokens_BT)
+        if self.positions is None:
+            return x_BTD
+        T = tokens_BT.shape[1]
+        if T > self.seq_len:
+            raise ConfigError(
+                f"sequence length {T} exceeds model.seq_len={self.seq_len} (learned positions)"
+            )
+        positions_BT = jnp.arange(T)[None, :] if positions_BT is None else positions_BT
+        return x_BTD + self.positions(positions_BT)
 
 
 def count_params(model: nnx.Module) -> int:

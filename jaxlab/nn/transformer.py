@@ -22,7 +22,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.config import check
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, make_norm, param_init
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
 
 __all__ = ["Transformer", "TransformerConfig"]
 
@@ -169,25 +169,14 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         pdt = jnp.dtype(cfg.param_dtype)
         normal = nnx.initializers.normal(0.02)
-        self.embed = nnx.Embed(
+        self.embed = TokenEmbedding(
             cfg.vocab_size,
+            cfg.seq_len,
             cfg.d_model,
-            embedding_init=param_init(normal, ("vocab", "embed")),
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=pdt,
+            positions=cfg.positions,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
             rngs=rngs,
-        )
-        self.pos_embed = (
-            nnx.Embed(
-                cfg.seq_len,
-                cfg.d_model,
-                embedding_init=param_init(normal, (None, "embed")),
-                dtype=jnp.dtype(cfg.dtype),
-                param_dtype=pdt,
-                rngs=rngs,
-            )
-            if cfg.positions == "learned"
-            else None
         )
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
@@ -208,15 +197,7 @@ class Transformer(nnx.Module):
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
-        B, T = tokens_BT.shape
-        if T > self.cfg.seq_len and self.pos_embed is not None:
-            raise ConfigError(
-                f"sequence length {T} exceeds model.seq_len={self.cfg.seq_len} (learned positions)"
-            )
-        x_BTD = self.embed(tokens_BT)
-        if self.pos_embed is not None:
-            positions = jnp.arange(T)[None, :] if positions is None else positions
-            x_BTD = x_BTD + self.pos_embed(positions)
+        x_BTD = self.embed(tokens_BT, positions)
         if not self.cfg.document_mask:
             segment_ids = None
         for block in self.blocks:

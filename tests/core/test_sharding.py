@@ -54,7 +54,7 @@ def test_parameters_follow_the_logical_rules():
     mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
     model = nnx.eval_shape(lambda: Transformer(MODEL, rngs=nnx.Rngs(0)))
     shardings = state_shardings(nnx.state(model), mesh, AxisRules())
-    assert shardings["embed"]["embedding"].spec == P("tensor", "fsdp")
+    assert shardings["embed"]["tokens"]["embedding"].spec == P("tensor", "fsdp")
     assert shardings["blocks"][0]["mlp"]["up"]["kernel"].spec == P("fsdp", "tensor")
     assert shardings["blocks"][0]["attn"]["out"]["kernel"].spec == P("tensor", "fsdp")
 

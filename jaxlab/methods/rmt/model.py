@@ -30,10 +30,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from jaxlab.core.errors import ConfigError
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, make_norm, param_init
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
 
 __all__ = ["RMT", "retrieve", "store"]
 
@@ -140,25 +139,14 @@ class RMT(nnx.Module):
         self.cfg = cfg
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         normal = nnx.initializers.normal(0.02)
-        self.embed = nnx.Embed(
+        self.embed = TokenEmbedding(
             cfg.vocab_size,
+            cfg.seq_len,
             cfg.width,
-            embedding_init=param_init(normal, ("vocab", "embed")),
-            dtype=dt,
-            param_dtype=pdt,
+            positions=cfg.positions,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
             rngs=rngs,
-        )
-        self.pos_embed = (
-            nnx.Embed(
-                cfg.seq_len,
-                cfg.width,
-                embedding_init=param_init(normal, (None, "embed")),
-                dtype=dt,
-                param_dtype=pdt,
-                rngs=rngs,
-            )
-            if cfg.positions == "learned"
-            else None
         )
         self.store_embed = _keys((cfg.rank, cfg.d_key), cfg.rank**-0.5, rngs, cfg.param_dtype)
         self.layers = nnx.List([RMTLayer(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
@@ -183,14 +171,7 @@ class RMT(nnx.Module):
     ) -> Float[Array, "B T V"]:
         cfg = self.cfg
         B, T = tokens_BT.shape
-        if T > cfg.seq_len and self.pos_embed is not None:
-            raise ConfigError(
-                f"sequence length {T} exceeds model.seq_len={cfg.seq_len} (learned positions)"
-            )
-        e_BTD = self.embed(tokens_BT)
-        if self.pos_embed is not None:
-            positions = jnp.arange(T)[None, :] if positions is None else positions
-            e_BTD = e_BTD + self.pos_embed(positions)
+        e_BTD = self.embed(tokens_BT, positions)
         x_BTKV = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
         segment_ids = segment_ids if cfg.document_mask else None
         for layer in self.layers:

@@ -23,7 +23,7 @@ from jaxlab.nn.transformer import TransformerConfig
 
 __all__ = ["fraction_to_reach", "matched_pair", "non_embedding_params", "tokens_to_reach"]
 
-_EMBEDDING_NAMES = ("embed", "pos_embed", "unembed")
+_EMBEDDING_NAMES = ("embed", "unembed")  # token and position tables, unembedding
 
 
 def matched_pair(
