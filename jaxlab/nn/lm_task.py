@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,6 +64,8 @@ class LMTask:
 
     def loss(self, model, batch: Mapping[str, jax.Array], key=None):
         del key  # The baseline LM is deterministic (no dropout).
+        chex.assert_rank(batch["inputs"], 2)
+        chex.assert_equal_shape([batch["inputs"], batch["targets"], batch["segment_ids"]])
         logits_BTV = model(
             batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"]
         )

@@ -1,5 +1,6 @@
 """The baseline Transformer: shapes, causality, document masking, presets and config errors."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +26,9 @@ def model_fn(request):
 
 def test_logits_shape_and_dtype(model_fn):
     logits = model_fn(jnp.zeros((2, 16), jnp.int32), jnp.ones((2, 16), jnp.int32))
-    assert logits.shape == (2, 16, 256) and logits.dtype == jnp.float32
+    chex.assert_shape(logits, (2, 16, 256))
+    chex.assert_type(logits, jnp.float32)
+    chex.assert_tree_all_finite(logits)
 
 
 def test_causal_future_tokens_do_not_change_the_past(model_fn):
