@@ -37,6 +37,7 @@ from jaxlab.core.scaling import fit_power_law
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.benchmark import step_seconds
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
+from jaxlab.methods.rmt.mup import mup_lr_groups
 from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embedding_params
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import LMTask
@@ -56,6 +57,7 @@ class Config:
     norm: str = "rmsnorm"
     positions: str = "alibi"
     paper_pairs: bool = False  # use the paper's presets instead of widths/layers
+    mup: bool = False  # µP learning rates for the RMTs, with the smallest pair as the base model
     data: str = "kjv"
     time_rounds: int = 5  # interleaved timing rounds per pair (0 skips the step-time benchmark)
     train: TrainConfig = TrainConfig()
@@ -68,6 +70,20 @@ class Config:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
 
     def pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
+        pairs = self._pairs()
+        if not self.mup:
+            return pairs
+        base = pairs[0][1]
+        mup = dict(
+            mup=True,
+            mup_base_rank=base.rank,
+            mup_base_d_key=base.d_key,
+            mup_base_d_value=base.d_value,
+            mup_base_d_ff=base.d_ff,
+        )
+        return [(t, dataclasses.replace(r, **mup)) for t, r in pairs]
+
+    def _pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
         if self.paper_pairs:
             kw = dict(vocab_size=256, positions=self.positions, norm=self.norm)
             return [
@@ -157,6 +173,7 @@ def _train(arch, model_cfg, cfg: Config, workdir: pathlib.Path) -> dict:
         workdir,
         mesh_cfg=cfg.mesh,
         config_record={"model": to_dict(model_cfg), "train": to_dict(cfg.train)},
+        lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
     )
     rows = [r for r in read_metrics(workdir) if "eval_loss" in r]
     model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))

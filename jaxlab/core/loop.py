@@ -114,6 +114,7 @@ def run_training(
     rules: AxisRules | None = None,
     config_record: Mapping[str, Any] | None = None,
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None = None,
     hooks: Sequence[Callable[[int, dict[str, float]], None]] = (),
     verbose: bool = True,
 ) -> dict[str, Any]:
@@ -126,6 +127,7 @@ def run_training(
       mesh_cfg, rules: device mesh and logical-axis rules (default: data parallel on all devices).
       config_record: the experiment's resolved config, stored in each checkpoint and in wandb.
       decay_mask: which parameters get weight decay (default: rank >= 2).
+      lr_groups: per-parameter learning-rate groups (see :func:`jaxlab.core.optim.make_optimizer`).
       hooks: plain callables ``hook(step, row)`` called with every logged metrics row.
       verbose: print progress lines (process 0 only).
 
@@ -149,7 +151,7 @@ def run_training(
             f"train.batch_size={cfg.batch_size} does not divide over the {batch_shards} "
             "data-parallel devices; use a multiple of it or set mesh.data / mesh.fsdp"
         )
-    tx = make_optimizer(cfg, decay_mask)
+    tx = make_optimizer(cfg, decay_mask, lr_groups=lr_groups)
     schedule = make_schedule(cfg)
 
     create = functools.partial(create_state, task, tx)

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -122,10 +123,16 @@ def state_shardings(abstract_state: Any, mesh: Mesh, rules: AxisRules) -> Any:
     """NamedShardings for an ``nnx.State`` from its variables' logical-axis annotations."""
     with nnx.logical_axis_rules(rules.as_tuple()):
         specs = nnx.get_partition_spec(abstract_state)
-    return jax.tree.map(
+    shardings = jax.tree.map(
         lambda spec: NamedSharding(mesh, spec),
         specs,
         is_leaf=lambda x: isinstance(x, PartitionSpec),
+    )
+    # optax.multi_transform leaves empty MaskedNodes in each group's state for the parameters of
+    # other groups; keep them empty here too so the two trees have the same structure.
+    masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731
+    return jax.tree.map(
+        lambda a, s: a if masked(a) else s, abstract_state, shardings, is_leaf=masked
     )
 
 

@@ -9,7 +9,7 @@ pass its own ``decay_mask`` or wrap the result (e.g. µP per-parameter rates via
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -38,20 +38,37 @@ def default_decay_mask(params: Any) -> Any:
 
 
 def make_optimizer(
-    cfg: TrainConfig, decay_mask: Callable[[Any], Any] | None = default_decay_mask
+    cfg: TrainConfig,
+    decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    *,
+    lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None = None,
 ) -> optax.GradientTransformation:
-    """Global-norm clipping then AdamW with the warmup+cosine schedule of ``cfg``."""
-    chain = []
-    if cfg.grad_clip > 0:
-        chain.append(optax.clip_by_global_norm(cfg.grad_clip))
-    chain.append(
-        optax.adamw(
-            make_schedule(cfg),
+    """Global-norm clipping then AdamW with the warmup+cosine schedule of ``cfg``.
+
+    Args:
+      cfg: the loop's fields.
+      decay_mask: which parameters get weight decay.
+      lr_groups: optional per-parameter learning rates, ``(labels, multipliers)``: ``labels`` maps
+        the parameter tree to a tree of group names, ``multipliers`` maps each name to the factor on
+        the schedule (e.g. µP's 1/width for hidden matrices). Built with ``optax.multi_transform``;
+        each group has its own AdamW with the scaled schedule.
+    """
+    schedule = make_schedule(cfg)
+
+    def adamw(multiplier: float) -> optax.GradientTransformation:
+        return optax.adamw(
+            (lambda step: schedule(step) * multiplier) if multiplier != 1.0 else schedule,
             b1=cfg.b1,
             b2=cfg.b2,
             eps=cfg.eps,
             weight_decay=cfg.weight_decay,
             mask=decay_mask,
         )
-    )
+
+    chain = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip > 0 else []
+    if lr_groups is None:
+        chain.append(adamw(1.0))
+    else:
+        labels, multipliers = lr_groups
+        chain.append(optax.multi_transform({k: adamw(v) for k, v in multipliers.items()}, labels))
     return optax.chain(*chain)

@@ -54,6 +54,12 @@ class RMTConfig:
     query_zero_init: bool = False
     layer_scaled_logits: bool = True  # logits / (layer index + 1), fp32 (paper Sec. 4.3; code)
     z_loss: float = 1e-4
+    # µP learning rates (jaxlab.methods.rmt.mup) relative to a base model with these dims (0: own).
+    mup: bool = False
+    mup_base_rank: int = 0
+    mup_base_d_key: int = 0
+    mup_base_d_value: int = 0
+    mup_base_d_ff: int = 0
     document_mask: bool = True
     attention_impl: str = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
