@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 import optax
+from flax import nnx
 
 from jaxlab.core.loop import Task, create_state, make_train_step
 from jaxlab.core.mesh import AxisRules, batch_sharding, state_shardings
@@ -63,7 +64,8 @@ def compile_train_step(
         donate_argnums=0,
     )
     start = time.perf_counter()
-    lowered = step.lower(state, batch, jax.eval_shape(lambda: key))
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):  # as in the loop
+        lowered = step.lower(state, batch, jax.eval_shape(lambda: key))
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()

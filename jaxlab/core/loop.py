@@ -137,12 +137,41 @@ def run_training(
     Raises:
       RunError: non-finite loss (the last good checkpoint is kept) or unreadable checkpoints.
     """
-    # ------------------------------------------------------------------ setup
-    workdir = pathlib.Path(workdir)
     maybe_initialize_distributed()
-    is_main = jax.process_index() == 0
     mesh = make_mesh(mesh_cfg)
     rules = rules or AxisRules()
+    # The mesh and the rules are in context while steps are traced, so models can pin activation
+    # shardings by logical name (jaxlab.core.mesh.constrain).
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
+        return _run_training(
+            task,
+            cfg,
+            pathlib.Path(workdir),
+            mesh,
+            rules,
+            config_record=config_record,
+            decay_mask=decay_mask,
+            lr_groups=lr_groups,
+            hooks=hooks,
+            verbose=verbose,
+        )
+
+
+def _run_training(
+    task: Task,
+    cfg: TrainConfig,
+    workdir: pathlib.Path,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+    *,
+    config_record: Mapping[str, Any] | None,
+    decay_mask: Callable[[Any], Any] | None,
+    lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None,
+    hooks: Sequence[Callable[[int, dict[str, float]], None]],
+    verbose: bool,
+) -> dict[str, Any]:
+    # ------------------------------------------------------------------ setup
+    is_main = jax.process_index() == 0
     batch_shards = math.prod(
         mesh.shape[a] for a in batch_sharding(mesh, rules).spec[0] or () if a in mesh.shape
     )

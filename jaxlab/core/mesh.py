@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
+from flax.core import spmd as flax_spmd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxlab.core.config import check
@@ -31,6 +32,7 @@ __all__ = [
     "AxisRules",
     "MeshConfig",
     "batch_sharding",
+    "constrain",
     "global_batch",
     "make_mesh",
     "maybe_initialize_distributed",
@@ -103,6 +105,21 @@ class AxisRules:
     def spec(self, *logical: str | None) -> PartitionSpec:
         table = dict(self.rules)
         return PartitionSpec(*(table.get(name) if name else None for name in logical))
+
+
+def constrain(x: jax.Array, *logical: str | None) -> jax.Array:
+    """Pins an activation's sharding by logical axis names, e.g. ``constrain(x, "batch", None)``.
+
+    Without it GSPMD may replicate activations across the fsdp axis (the compiled temporaries of a
+    64-device step then scale with the global batch). Active only while a mesh is set with
+    ``jax.set_mesh`` and rules with ``nnx.logical_axis_rules`` (the loop does both); elsewhere a
+    no-op, so models run unchanged on one device.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    table = dict(flax_spmd.get_logical_axis_rules())
+    if mesh.empty or not table:
+        return x
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(*(table.get(a) for a in logical)))
 
 
 def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mesh:

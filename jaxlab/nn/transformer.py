@@ -21,6 +21,7 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import check
 from jaxlab.core.errors import ConfigError
+from jaxlab.core.mesh import constrain
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
 from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
 
@@ -197,10 +198,10 @@ class Transformer(nnx.Module):
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
-        x_BTD = self.embed(tokens_BT, positions)
+        x_BTD = constrain(self.embed(tokens_BT, positions), "batch", None, None)
         if not self.cfg.document_mask:
             segment_ids = None
         for block in self.blocks:
-            x_BTD = block(x_BTD, segment_ids)
+            x_BTD = constrain(block(x_BTD, segment_ids), "batch", None, None)
         logits_BTV = self.unembed(self.final_norm(x_BTD))
         return logits_BTV.astype(jnp.float32)

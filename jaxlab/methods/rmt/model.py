@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
 from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
@@ -173,8 +174,9 @@ class RMT(nnx.Module):
         B, T = tokens_BT.shape
         e_BTD = self.embed(tokens_BT, positions)
         x_BTKV = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
+        x_BTKV = constrain(x_BTKV, "batch", None, None, None)
         segment_ids = segment_ids if cfg.document_mask else None
         for layer in self.layers:
-            x_BTKV = layer(x_BTKV, segment_ids)
+            x_BTKV = constrain(layer(x_BTKV, segment_ids), "batch", None, None, None)
         y_BTRV = retrieve(self.final_norm(x_BTKV), self.read_out[...])
         return self.unembed(y_BTRV.reshape(B, T, cfg.width)).astype(jnp.float32)
