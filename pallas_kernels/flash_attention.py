@@ -134,14 +134,15 @@ def _kv_hi(cfg: _Static, i, bq: int, bk: int, nk: int):
     """Number of key blocks query block ``i`` needs (causal: up to its last query's position)."""
     if not cfg.causal:
         return nk
-    return jnp.minimum(lax.div((i + 1) * bq - 1 + cfg.offset, bk) + 1, nk)
+    # `//` (not lax.div) keeps Python ints weakly typed, so the kernels also trace under x64.
+    return jnp.minimum(((i + 1) * bq - 1 + cfg.offset) // bk + 1, nk)
 
 
 def _q_lo(cfg: _Static, j, bq: int, bk: int):
     """First query block that sees key block ``j`` (causal), else 0."""
     if not cfg.causal:
         return 0
-    return lax.div(jnp.maximum(j * bk - cfg.offset, 0), bq)
+    return jnp.maximum(j * bk - cfg.offset, 0) // bq
 
 
 def _split(refs, n_main: int, cfg: _Static):
@@ -294,7 +295,7 @@ def _call(
     B, H = arrays[0].shape[:2]
     row_block, n_rows = rows
     stream_block, n_stream, stream_is_q = stream
-    kv_head = lambda h: lax.div(h, cfg.groups)
+    kv_head = lambda h: h // cfg.groups
 
     def clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last useful one)
         if not cfg.causal:

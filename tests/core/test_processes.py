@@ -128,7 +128,7 @@ def test_two_processes_match_one_process(repo_root, uninterrupted, tmp_path):
         )
         for i in range(2)
     ]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [p.communicate(timeout=900) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
     # Two processes x 4 devices run the same (8-device) global program as one process x 8 devices.

@@ -6,6 +6,7 @@ without editing this file.
 
 import json
 
+import jax
 import pytest
 
 from jaxlab.core import experiment
@@ -17,6 +18,7 @@ EXP_DIR = REPO / "experiments"
 @pytest.mark.parametrize("name", experiment.available(EXP_DIR))
 def test_smoke_run_writes_its_files(name, tmp_path):
     summary = experiment.launch(EXP_DIR, name, smoke=True, workdir=tmp_path)
+    assert not jax.config.jax_enable_x64, f"{name} left 64-bit mode on for the whole process"
     record = json.loads((tmp_path / "config.json").read_text())
     assert record["experiment"] == name and record["preset"] == "smoke"
     assert json.loads((tmp_path / "summary.json").read_text())["experiment"] == name

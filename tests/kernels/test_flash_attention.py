@@ -182,3 +182,10 @@ def test_native_kernel_on_cpu_is_refused():
     (q, k, v, _), _ = make_inputs("mha")
     with pytest.raises(KernelConfigError, match="cannot run on the cpu backend"):
         flash_attention(q, k, v, interpret=False, backend="gpu")
+
+
+def test_kernel_traces_under_x64(x64):
+    """Index arithmetic stays int32 when a user (or a solver) has enabled 64-bit mode."""
+    q = jax.random.normal(jax.random.key(0), (1, 40, 2, 8), jnp.float32)
+    out = flash_attention(q, q, q, causal=True)
+    np.testing.assert_allclose(out, flash_attention_reference(q, q, q, causal=True), atol=2e-5)
