@@ -14,13 +14,13 @@ iteration on 2 cores, see ``paper``); ``paper`` the issue's grid d ∈ {200, 500
 seeds;
 ``smoke`` d = 40, m = 5, N = 60, 1 seed (no slope).
 
-Measured (default preset, 2-core CPU shared with other jobs at load 4-8, 4.8 min): TPR = 1 and FPR
-= 0 for all four NARD variants at every d and seed; seconds per iteration at d = 800 relative to
-nard (0.59 s): sequential 0.072, surrogate 0.0052, sequential_surrogate 0.0041; baselines at d =
-800: FPR 1.0 (per-output ARD), 0.097 (MultiTaskLassoCV), 0.70 (two-stage). Log-log slopes over d =
-200 to 800: nard 0.78, sequential 0.21, surrogate 0.42, sequential_surrogate 0.33 — not the
-expected ~3 / ~2, because nard's small-d timings were inflated by the machine's load (0.20 s/iter
-at d = 200 in the run against 0.015 s quiet). Full table in ``jaxlab/methods/nard/README.md``.
+Measured (default preset, idle 2-core CPU, 61 s, 2026-11-30): TPR = 1 and FPR = 0 for all four
+NARD variants at every d and seed; seconds per iteration at d = 800 relative to nard (0.031 s):
+sequential 0.058, surrogate 0.040, sequential_surrogate 0.028; baselines at d = 800: FPR 1.0
+(per-output ARD), 0.097 (MultiTaskLassoCV), 0.70 (two-stage). Log-log slopes over d = 200 to 800:
+nard 2.06, sequential 0.32, surrogate 0.19, sequential_surrogate 0.04 — the sequential variants are
+flat, but nard and the surrogate are still below their asymptotic 3 and 2 at these sizes.
+Full table in ``jaxlab/methods/nard/README.md``.
 """
 
 from __future__ import annotations
