@@ -28,7 +28,15 @@ import sys
 
 if "google.colab" in sys.modules:
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/jaxlab/jaxlab"],
+        # the [bench] extra brings POT, the reference solver used below
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "jaxlab[bench] @ git+https://github.com/jaxlab/jaxlab",
+        ],
         check=True,
     )
 

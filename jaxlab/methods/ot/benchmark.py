@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.ot.api import solve
 
@@ -64,11 +65,22 @@ def run_jaxlab(
     return _trace_row(method, errors, times, best.seconds, best.converged, best.matrix, ref)
 
 
+def _regot():
+    """The authors' C++ package, an optional dependency of the benchmark only."""
+    try:
+        import regot
+    except ImportError:
+        raise ConfigError(
+            "ot_benchmark compares against the C++ SPLR in `regot`: pip install -e '.[bench]'"
+        ) from None
+    return regot
+
+
 def run_regot(
     problem: OTProblem, eta: float, tol: float, max_iter: int, repeats: int, ref=None
 ) -> dict[str, Any]:
     """Runs the authors' C++ SPLR (``regot.sinkhorn_splr``) and times it here."""
-    import regot
+    regot = _regot()
 
     cost = np.asfortranarray(problem.cost)
     best, best_s = None, np.inf
@@ -85,7 +97,7 @@ def run_regot(
 
 def reference_plan(problem: OTProblem, eta: float, tol: float = 1e-10) -> tuple[np.ndarray, float]:
     """A long C++ SPLR solve (independent of this package) and its final marginal error."""
-    import regot
+    regot = _regot()
 
     res = regot.sinkhorn_splr(
         np.asfortranarray(problem.cost), problem.a, problem.b, eta, tol=tol, max_iter=1000
