@@ -50,6 +50,14 @@ def gather(active: ActiveSet, d: int) -> tuple[Int[Array, " P"], Float[Array, " 
     return jnp.where(valid, active.slots, 0), valid.astype(active.gamma.dtype)
 
 
+def gather_blocks(active: ActiveSet, gram: Float[Array, "d d"], cross: Float[Array, "m d"]):
+    """Slot indices, slot mask, the Gram block ``G_AA`` (P×P) and the cross block ``P_A`` (m×P) of
+    the active features, zero on empty slots."""
+    idx, vf = gather(active, gram.shape[0])
+    g_aa = gram[idx][:, idx] * vf[:, None] * vf[None, :]
+    return idx, vf, g_aa, cross[:, idx] * vf[None, :]
+
+
 def scatter(values: Float[Array, "... P"], active: ActiveSet, d: int) -> Float[Array, "... d"]:
     """Places per-slot values at their features' positions (zeros elsewhere)."""
     idx, vf = gather(active, d)

@@ -34,7 +34,7 @@ from jaxlab.methods.nard.active_set import (
     apply_best,
     coordinate_gain,
     empty,
-    gather,
+    gather_blocks,
     scatter,
 )
 from jaxlab.methods.nard.model import Stats, objective
@@ -56,10 +56,7 @@ class SequentialState(NamedTuple):
 
 def _active_posterior(active: ActiveSet, stats: Stats):
     """``Σ_A`` (P×P, zero on empty slots), ``log|C|``, ``P_A`` and the slot mask."""
-    d = stats.gram.shape[0]
-    idx, vf = gather(active, d)
-    g_aa = stats.gram[idx][:, idx] * vf[:, None] * vf[None, :]
-    p_a = stats.cross[:, idx] * vf[None, :]
+    idx, vf, g_aa, p_a = gather_blocks(active, stats.gram, stats.cross)
     sg = jnp.sqrt(active.gamma)
     a = sg[:, None] * g_aa * sg[None, :]
     chol = jnp.linalg.cholesky(jnp.eye(a.shape[0], dtype=a.dtype) + a)

@@ -29,6 +29,7 @@ from jaxlab.methods.nard.active_set import (
     coordinate_gain,
     empty,
     gather,
+    gather_blocks,
     scatter,
 )
 from jaxlab.methods.nard.model import Stats
@@ -48,13 +49,6 @@ class SeqSurrogateState(NamedTuple):
     trace: Float[Array, " T"]
     it: Int[Array, ""]
     converged: Bool[Array, ""]
-
-
-def _blocks(active: ActiveSet, stats: Stats):
-    d = stats.gram.shape[0]
-    idx, vf = gather(active, d)
-    g_aa = stats.gram[idx][:, idx] * vf[:, None] * vf[None, :]
-    return idx, vf, g_aa, stats.cross[:, idx] * vf[None, :]
 
 
 def _cov(stats, w_o, b_o, p_o, g_oo, b_n, c_n):
@@ -104,7 +98,7 @@ def solve_sequential_surrogate(
     )
 
     def body(s: SeqSurrogateState) -> SeqSurrogateState:
-        idx, vf, g_aa, p_a = _blocks(s.active, stats)
+        idx, vf, g_aa, p_a = gather_blocks(s.active, stats.gram, stats.cross)
         g_rows = stats.gram[idx] * vf[:, None]
         b_all = stats.cross - s.w @ g_rows + rho * scatter(s.w, s.active, d)
         q = jnp.sum(b_all * (s.precision @ b_all), axis=0)
@@ -119,7 +113,7 @@ def solve_sequential_surrogate(
         precision = omega_step(cov, lam, s.precision, glasso_iter=glasso_iter)
         # W₀-step, then g at the new anchor.
         w = b_n * c_n[None, :]
-        _, _, g_nn, p_n = _blocks(active, stats)
+        _, _, g_nn, p_n = gather_blocks(active, stats.gram, stats.cross)
         b_new = p_n - w @ g_nn + rho * w
         cov = _cov(stats, w, b_new, p_n, g_nn, b_new, c_n)
         value = surrogate_value(active.gamma, cov, precision, lam, stats.n, rho)
