@@ -5,7 +5,8 @@ Runtime:  8 min 27 s wall on an idle 2-core CPU (29 min when shared with 3 other
 Result:   at D = 64 / 96 / 128 the RMT ends at validation loss 1.755 / 1.466 / 1.438 against the
           transformer's 1.788 / 1.608 / 1.533 nats/byte, with 22-30% fewer parameters; at D = 128 it
           reaches the transformer's final loss with 0.71 of its tokens and 0.59 of its FLOPs (paper:
-          0.59 and 0.42); step time RMT/transformer 1.36 (paper 1.77). Measured 2026-11-30.
+          0.59 and 0.42); step time RMT/transformer 1.32 (1.12 with Dk = Dv; paper 1.77).
+          Measured 2026-11-30.
 
 Trains matched Transformer/RMT pairs (same core width D = R*Dv, depth, heads, d_ff; see
 :mod:`jaxlab.methods.rmt.scaling`) at three sizes on the shipped KJV corpus with the same batches,
@@ -205,16 +206,21 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             "d_value": rcfg.d_value,
         }
         if cfg.time_rounds:
+            # The RMT's step time grows with its residual Dk x Dv: time it at the configured Dk
+            # and at Dk = Dv (the paper's 305M shape) beside the transformer, in one process.
             batch = tf["task"].eval_batches(cfg.train.batch_size, 1)[0]
-            secs = step_seconds(
-                {
-                    "transformer": lambda r, c=tcfg: Transformer(c, rngs=r),
-                    "rmt": lambda r, c=rcfg: RMT(c, rngs=r),
-                },
-                batch,
-                rounds=cfg.time_rounds,
+            d_keys = sorted({rcfg.d_key, rcfg.d_value})
+            builders = {"transformer": lambda r, c=tcfg: Transformer(c, rngs=r)}
+            for dk in d_keys:
+                c = dataclasses.replace(rcfg, d_key=dk)
+                builders[f"rmt_dk{dk}"] = lambda r, c=c: RMT(c, rngs=r)
+            secs = step_seconds(builders, batch, rounds=cfg.time_rounds)
+            by_dk = {dk: secs[f"rmt_dk{dk}"] / secs["transformer"] for dk in d_keys}
+            entry.update(
+                seconds_per_step=secs,
+                step_time_ratio=by_dk[rcfg.d_key],
+                step_time_ratio_by_d_key=by_dk,
             )
-            entry.update(seconds_per_step=secs, step_time_ratio=secs["rmt"] / secs["transformer"])
         for run_ in (tf, rmt):
             run_.pop("task")
             entry[run_["arch"]] = run_
