@@ -13,8 +13,9 @@ multi-query attention) and picks an implementation from :class:`AttentionImpl`:
   interpreter on CPU: correct there, but slow).
 * ``cudnn`` — ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs.
 
-``impl="auto"`` resolves through :func:`default_impl` (one place, one rule): Pallas on GPU and TPU,
-and on CPU the XLA reference below :data:`CHUNKED_MIN_SEQ_LEN` keys and the chunked path from there.
+``impl="auto"`` resolves through :func:`default_impl` (one place, one rule): the XLA reference below
+:data:`CHUNKED_MIN_SEQ_LEN` keys and the chunked path from there; Pallas on GPU and TPU once
+:data:`PALLAS_VERIFIED_ON_HARDWARE` is set after the native kernels pass there.
 
 Masks: ``causal`` keeps keys at positions ``<=`` the query's; ``segment_ids`` (B, T) keeps only
 pairs in the same document (packed rows); ``alibi_slopes`` (H,) adds ``-slope_h * |i - j|`` to the
