@@ -18,7 +18,7 @@ from jaxtyping import Array, Float
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
 
-__all__ = ["MLP", "TokenEmbedding", "count_params", "make_norm", "param_init"]
+__all__ = ["MLP", "TokenEmbedding", "count_params", "make_norm", "param_init", "unembedding"]
 
 
 def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
@@ -135,6 +135,21 @@ class TokenEmbedding(nnx.Module):
             )
         positions_BT = jnp.arange(T)[None, :] if positions_BT is None else positions_BT
         return x_BTD + self.positions(positions_BT)
+
+
+def unembedding(
+    dim: int, vocab_size: int, *, dtype: str, param_dtype: str, rngs: nnx.Rngs
+) -> nnx.Linear:
+    """The untied, bias-free output projection ``dim -> vocab_size``, N(0, 0.02) init."""
+    return nnx.Linear(
+        dim,
+        vocab_size,
+        use_bias=False,
+        kernel_init=param_init(nnx.initializers.normal(0.02), ("embed", "vocab")),
+        dtype=jnp.dtype(dtype),
+        param_dtype=jnp.dtype(param_dtype),
+        rngs=rngs,
+    )
 
 
 def count_params(model: nnx.Module) -> int:

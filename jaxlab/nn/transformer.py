@@ -23,7 +23,7 @@ from jaxlab.core.config import check
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init, unembedding
 
 __all__ = ["Transformer", "TransformerConfig"]
 
@@ -168,8 +168,6 @@ class Transformer(nnx.Module):
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        pdt = jnp.dtype(cfg.param_dtype)
-        normal = nnx.initializers.normal(0.02)
         self.embed = TokenEmbedding(
             cfg.vocab_size,
             cfg.seq_len,
@@ -181,14 +179,8 @@ class Transformer(nnx.Module):
         )
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
-        self.unembed = nnx.Linear(
-            cfg.d_model,
-            cfg.vocab_size,
-            use_bias=False,
-            kernel_init=param_init(normal, ("embed", "vocab")),
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=pdt,
-            rngs=rngs,
+        self.unembed = unembedding(
+            cfg.d_model, cfg.vocab_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
         )
 
     def __call__(

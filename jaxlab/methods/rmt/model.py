@@ -33,7 +33,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init, unembedding
 
 __all__ = ["RMT", "retrieve", "store"]
 
@@ -138,8 +138,6 @@ class RMT(nnx.Module):
 
     def __init__(self, cfg: RMTConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
-        normal = nnx.initializers.normal(0.02)
         self.embed = TokenEmbedding(
             cfg.vocab_size,
             cfg.seq_len,
@@ -153,14 +151,8 @@ class RMT(nnx.Module):
         self.layers = nnx.List([RMTLayer(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
         self.final_norm = MatrixNorm(cfg, rngs=rngs)
         self.read_out = _keys((cfg.d_key, cfg.rank), cfg.d_key**-0.5, rngs, cfg.param_dtype)
-        self.unembed = nnx.Linear(
-            cfg.width,
-            cfg.vocab_size,
-            use_bias=False,
-            kernel_init=param_init(normal, ("embed", "vocab")),
-            dtype=dt,
-            param_dtype=pdt,
-            rngs=rngs,
+        self.unembed = unembedding(
+            cfg.width, cfg.vocab_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
         )
 
     def __call__(
