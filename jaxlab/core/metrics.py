@@ -41,7 +41,8 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     """Writes ``data`` as indented JSON to ``path`` atomically."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    # A per-process temporary name: the processes of a multi-host run may write the same file.
+    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 

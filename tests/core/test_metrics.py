@@ -49,3 +49,22 @@ def test_json_helpers_handle_numpy_and_non_finite(tmp_path):
     data = json.loads((tmp_path / "s.json").read_text())
     assert data == {"a": [0, 1, 2], "b": "nan", "c": [1, 2]}
     assert to_jsonable(np.int64(4)) == 4
+
+
+def test_concurrent_write_json_from_two_processes(tmp_path):
+    """Processes of a multi-host run write config.json together; neither may lose its rename."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_many, args=(tmp_path / "c.json",)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert json.loads((tmp_path / "c.json").read_text()) == {"a": 1}
+
+
+def _write_many(path):
+    for _ in range(200):
+        write_json(path, {"a": 1})
