@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -46,9 +48,9 @@ from jaxlab.methods.rmt import retrieve, store
 R, Dk, Dv = 4, 8, 5
 keys_RK = jnp.asarray(np.linalg.qr(np.random.default_rng(0).normal(size=(Dk, Dk)))[0][:R])
 y_BTRV = jax.random.normal(jax.random.key(0), (1, 1, R, Dv))
-x_BTKV = store(y_BTRV, keys_RK)  # one token's residual matrix, Dk x Dv
-print("residual matrix:", x_BTKV.shape)
-print("max retrieval error:", float(jnp.abs(retrieve(x_BTKV, keys_RK.T) - y_BTRV).max()))
+x_BTVK = store(y_BTRV, keys_RK)  # one token's residual matrix X, held as X^T (Dv x Dk)
+print("residual matrix:", x_BTVK.shape)
+print("max retrieval error:", float(jnp.abs(retrieve(x_BTVK, keys_RK.T) - y_BTRV).max()))
 
 # %% [markdown]
 # ## The paper's presets against their transformers

@@ -20,12 +20,21 @@ with i.i.d. keys of variance s^2, storing R vectors multiplies the variance by `
 ``Dk s^2``) and retrieving multiplies it by ``Dk s^2`` (backward: ``R s^2``); we draw storage keys
 with s^2 = 1/R and retrieval keys with s^2 = 1/Dk, so both preserve the forward variance, and the
 layers' output storage keys are further scaled by 1/sqrt(2L) (GPT-2 style).
+
+Layout and speed. The residual is held as ``X^T``, shape ``(B, T, Dv, Dk)`` with Dk the minor
+axis, so that storage and retrieval are each one plain ``(B*T*Dv, .) @ (., .)`` matrix product
+and neither the forward nor the backward transposes a residual-sized tensor (only the small
+``R x Dv`` operands are transposed); :func:`store` and :func:`retrieve` carry hand-written
+gradients to keep that true for the key gradients, and the matrix norm is folded into the
+retrieval that always follows it (:class:`MatrixNorm`). On the 2-core CPU these three changes
+took the step-time ratio against the matched transformer from 1.35x to 1.15x (method README).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
@@ -33,23 +42,89 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init, unembedding
+from jaxlab.nn.layers import MLP, TokenEmbedding, param_init, unembedding
 
-__all__ = ["RMT", "retrieve", "store"]
+__all__ = ["RMT", "retrieve", "retrieve_reference", "store", "store_reference"]
+
+
+def _flat(a: Array) -> Array:
+    return a.reshape(-1, a.shape[-1])
+
+
+@jax.custom_vjp
+def _store(y_BTRV: Array, keys_RK: Array) -> Array:
+    B_T_V = (*y_BTRV.shape[:-2], y_BTRV.shape[-1])
+    x = _flat(jnp.swapaxes(y_BTRV, -1, -2)) @ keys_RK  # (B*T*Dv, R) @ (R, Dk)
+    return x.reshape(*B_T_V, keys_RK.shape[-1])
+
+
+def _store_fwd(y_BTRV, keys_RK):
+    return _store(y_BTRV, keys_RK), (y_BTRV, keys_RK)
+
+
+def _store_bwd(res, dx_BTVK):
+    y_BTRV, keys_RK = res
+    dx = _flat(dx_BTVK)  # (B*T*Dv, Dk), the residual gradient in its natural layout
+    dy_BTVR = (dx @ keys_RK.T).reshape(*dx_BTVK.shape[:-1], keys_RK.shape[0])
+    dkeys_RK = _flat(jnp.swapaxes(y_BTRV, -1, -2)).T @ dx  # transposes the R-wide operand only
+    return jnp.swapaxes(dy_BTVR, -1, -2), dkeys_RK
+
+
+_store.defvjp(_store_fwd, _store_bwd)
+
+
+@jax.custom_vjp
+def _retrieve(x_BTVK: Array, keys_KR: Array) -> Array:
+    y = (_flat(x_BTVK) @ keys_KR).reshape(*x_BTVK.shape[:-1], keys_KR.shape[-1])
+    return jnp.swapaxes(y, -1, -2)
+
+
+def _retrieve_fwd(x_BTVK, keys_KR):
+    return _retrieve(x_BTVK, keys_KR), (x_BTVK, keys_KR)
+
+
+def _retrieve_bwd(res, dy_BTRV):
+    x_BTVK, keys_KR = res
+    dy = _flat(jnp.swapaxes(dy_BTRV, -1, -2))  # (B*T*Dv, R)
+    dx_BTVK = (dy @ keys_KR.T).reshape(x_BTVK.shape)
+    dkeys_KR = (dy.T @ _flat(x_BTVK)).T  # transposes the R-wide operand only
+    return dx_BTVK, dkeys_KR
+
+
+_retrieve.defvjp(_retrieve_fwd, _retrieve_bwd)
 
 
 def store(
     y_BTRV: Float[Array, "B T R Dv"], keys_RK: Float[Array, "R Dk"]
-) -> Float[Array, "B T Dk Dv"]:
-    """Outer-product storage ``sum_h w_h y_h^T`` of R data vectors with R keys (paper eq. 1)."""
-    return jnp.einsum("btrv,rk->btkv", y_BTRV, keys_RK.astype(y_BTRV.dtype))
+) -> Float[Array, "B T Dv Dk"]:
+    """Outer-product storage ``X = sum_h w_h y_h^T`` of R data vectors with R keys (paper eq. 1).
+
+    Returns the residual matrix in jaxlab's layout, ``X^T`` of shape ``(Dv, Dk)`` per token (see
+    the module docstring). One ``(B*T*Dv, R) @ (R, Dk)`` product; the gradients are written out
+    (``custom_vjp``) so that the residual-sized operand is never transposed. Equal to
+    :func:`store_reference` (tested, values and gradients).
+    """
+    return _store(y_BTRV, keys_RK.astype(y_BTRV.dtype))
 
 
 def retrieve(
-    x_BTKV: Float[Array, "B T Dk Dv"], keys_KR: Float[Array, "Dk R"]
+    x_BTVK: Float[Array, "B T Dv Dk"], keys_KR: Float[Array, "Dk R"]
 ) -> Float[Array, "B T R Dv"]:
-    """Retrieval ``r_h^T X`` of R vectors with R keys, one contraction (paper eq. 2)."""
-    return jnp.einsum("btkv,kr->btrv", x_BTKV, keys_KR.astype(x_BTKV.dtype))
+    """Retrieval ``y_h = X^T r_h`` of R vectors with R keys (paper eq. 2), one matrix product.
+
+    ``x_BTVK`` is the residual in jaxlab's ``(Dv, Dk)`` layout. Equal to :func:`retrieve_reference`.
+    """
+    return _retrieve(x_BTVK, keys_KR.astype(x_BTVK.dtype))
+
+
+def store_reference(y_BTRV: Array, keys_RK: Array) -> Array:
+    """:func:`store` as one plain einsum, differentiated by JAX: the reference for the tests."""
+    return jnp.einsum("btrv,rk->btvk", y_BTRV, keys_RK.astype(y_BTRV.dtype))
+
+
+def retrieve_reference(x_BTVK: Array, keys_KR: Array) -> Array:
+    """:func:`retrieve` as one plain einsum, differentiated by JAX: the reference for the tests."""
+    return jnp.einsum("btvk,kr->btrv", x_BTVK, keys_KR.astype(x_BTVK.dtype))
 
 
 def _keys(shape, std: float, rngs: nnx.Rngs, dtype) -> nnx.Param:
@@ -58,14 +133,41 @@ def _keys(shape, std: float, rngs: nnx.Rngs, dtype) -> nnx.Param:
 
 
 class MatrixNorm(nnx.Module):
-    """RMSNorm or LayerNorm over a token's whole ``Dk x Dv`` residual matrix."""
+    """RMSNorm or LayerNorm (no bias) over a token's whole ``Dk x Dv`` residual matrix.
+
+    ``Norm(X) = g * (X - mu) * inv`` with an elementwise gain ``g`` (Dk·Dv entries, stored flat),
+    ``mu`` the mean of the matrix (LayerNorm only) and ``inv = 1/sqrt(mean((X - mu)^2) + 1e-6)``,
+    computed in float32. Every use of the norm in the RMT is followed by a retrieval, and ``inv`` is
+    one number per token, so :meth:`read` retrieves from ``g * (X - mu)`` and multiplies the R
+    retrieved vectors by ``inv`` afterwards: ``Norm(X)`` itself is never materialised, which saves
+    a pass over the (large) residual forward and backward. ``__call__`` gives ``Norm(X)``.
+    """
 
     def __init__(self, cfg: RMTConfig, *, rngs: nnx.Rngs):
-        self.norm = make_norm(cfg.norm, cfg.residual_size, cfg.param_dtype, rngs=rngs)
+        if cfg.norm not in ("rmsnorm", "layernorm"):
+            raise ValueError(f"unknown norm {cfg.norm!r}; choose 'layernorm' or 'rmsnorm'")
+        self.kind = cfg.norm
+        self.shape = (cfg.d_value, cfg.d_key)
+        init = param_init(nnx.initializers.ones, (None,))
+        self.scale = nnx.Param(init(rngs.params(), (cfg.residual_size,), cfg.param_dtype))
 
-    def __call__(self, x_BTKV: Float[Array, "B T Dk Dv"]) -> Float[Array, "B T Dk Dv"]:
-        B, T, K, V = x_BTKV.shape
-        return self.norm(x_BTKV.reshape(B, T, K * V)).reshape(B, T, K, V).astype(x_BTKV.dtype)
+    def _factors(self, x_BTVK):
+        x = x_BTVK.astype(jnp.float32)
+        if self.kind == "layernorm":
+            x = x - jnp.mean(x, axis=(-2, -1), keepdims=True)
+        inv = jax.lax.rsqrt(jnp.mean(x * x, axis=(-2, -1), keepdims=True) + 1e-6)
+        return x * self.scale[...].astype(jnp.float32).reshape(self.shape), inv
+
+    def __call__(self, x_BTVK: Float[Array, "B T Dv Dk"]) -> Float[Array, "B T Dv Dk"]:
+        h, inv = self._factors(x_BTVK)
+        return (h * inv).astype(x_BTVK.dtype)
+
+    def read(
+        self, x_BTVK: Float[Array, "B T Dv Dk"], keys_KR: Float[Array, "Dk R"]
+    ) -> Float[Array, "B T R Dv"]:
+        """``retrieve(Norm(X), keys)``, computed as ``retrieve(g * (X - mu), keys) * inv``."""
+        h, inv = self._factors(x_BTVK)
+        return (retrieve(h.astype(x_BTVK.dtype), keys_KR) * inv).astype(x_BTVK.dtype)
 
 
 class RMTAttention(nnx.Module):
@@ -83,13 +185,14 @@ class RMTAttention(nnx.Module):
         self.slopes = alibi_slopes(R) if cfg.positions == "alibi" else None
         self.impl = cfg.attention_impl
 
-    def __call__(self, x_BTKV, segment_ids):
-        h_BTKV = self.norm(x_BTKV)
-        qkv_CBTRV = jnp.einsum("btkv,ckr->cbtrv", h_BTKV, self.read_qkv[...].astype(h_BTKV.dtype))
+    def __call__(self, x_BTVK, segment_ids):
+        C, K, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
+        keys_KC = jnp.swapaxes(self.read_qkv[...], 0, 1).reshape(K, C * R)
+        qkv_BTCRV = self.norm.read(x_BTVK, keys_KC).reshape(*x_BTVK.shape[:2], C, R, -1)
         o_BTRV = dot_product_attention(
-            qkv_CBTRV[0],
-            qkv_CBTRV[1],
-            qkv_CBTRV[2],
+            qkv_BTCRV[:, :, 0],
+            qkv_BTCRV[:, :, 1],
+            qkv_BTCRV[:, :, 2],
             causal=True,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
@@ -116,9 +219,9 @@ class RMTFeedForward(nnx.Module):
         )
         self.write = _keys((R, K), R**-0.5 / math.sqrt(2 * cfg.num_layers), rngs, cfg.param_dtype)
 
-    def __call__(self, x_BTKV):
-        B, T = x_BTKV.shape[:2]
-        y_BTRV = retrieve(self.norm(x_BTKV), self.read[...])
+    def __call__(self, x_BTVK):
+        B, T = x_BTVK.shape[:2]
+        y_BTRV = self.norm.read(x_BTVK, self.read[...])
         out_BTD = self.mlp(y_BTRV.reshape(B, T, -1))
         return store(out_BTD.reshape(y_BTRV.shape), self.write[...])
 
@@ -128,9 +231,9 @@ class RMTLayer(nnx.Module):
         self.attn = RMTAttention(cfg, layer, rngs=rngs)
         self.ff = RMTFeedForward(cfg, rngs=rngs)
 
-    def __call__(self, x_BTKV, segment_ids):
-        x_BTKV = x_BTKV + self.attn(x_BTKV, segment_ids)
-        return x_BTKV + self.ff(x_BTKV)
+    def __call__(self, x_BTVK, segment_ids):
+        x_BTVK = x_BTVK + self.attn(x_BTVK, segment_ids)
+        return x_BTVK + self.ff(x_BTVK)
 
 
 class RMT(nnx.Module):
@@ -165,10 +268,10 @@ class RMT(nnx.Module):
         cfg = self.cfg
         B, T = tokens_BT.shape
         e_BTD = self.embed(tokens_BT, positions)
-        x_BTKV = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
-        x_BTKV = constrain(x_BTKV, "batch", None, None, None)
+        x_BTVK = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
+        x_BTVK = constrain(x_BTVK, "batch", None, None, None)
         segment_ids = segment_ids if cfg.document_mask else None
         for layer in self.layers:
-            x_BTKV = constrain(layer(x_BTKV, segment_ids), "batch", None, None, None)
-        y_BTRV = retrieve(self.final_norm(x_BTKV), self.read_out[...])
+            x_BTVK = constrain(layer(x_BTVK, segment_ids), "batch", None, None, None)
+        y_BTRV = self.final_norm.read(x_BTVK, self.read_out[...])
         return self.unembed(y_BTRV.reshape(B, T, cfg.width)).astype(jnp.float32)

@@ -10,7 +10,8 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.methods.rmt import RMT, RMTConfig, retrieve, store
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
-from jaxlab.methods.rmt.model import MatrixNorm
+from jaxlab.methods.rmt.model import MatrixNorm, retrieve_reference, store_reference
+from jaxlab.nn.attention import dot_product_attention
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.transformer import TransformerConfig
 
@@ -28,12 +29,39 @@ def test_store_then_retrieve_is_exact_with_orthonormal_keys():
 def test_store_and_retrieve_match_explicit_sums():
     y = np.random.default_rng(1).normal(size=(1, 1, 3, 4))
     w = np.random.default_rng(2).normal(size=(3, 5))
-    x = sum(np.outer(w[h], y[0, 0, h]) for h in range(3))
-    np.testing.assert_allclose(store(jnp.asarray(y), jnp.asarray(w))[0, 0], x, rtol=1e-5)
+    x = sum(np.outer(w[h], y[0, 0, h]) for h in range(3))  # X = sum_h w_h y_h^T, Dk x Dv
+    xt = store(jnp.asarray(y), jnp.asarray(w))  # jaxlab's layout: X^T, (Dv, Dk) per token
+    np.testing.assert_allclose(xt[0, 0], x.T, rtol=1e-5)
     r = np.random.default_rng(3).normal(size=(5, 3))
-    np.testing.assert_allclose(
-        retrieve(jnp.asarray(x)[None, None], jnp.asarray(r))[0, 0], r.T @ x, rtol=1e-5
-    )
+    np.testing.assert_allclose(retrieve(xt, jnp.asarray(r))[0, 0], r.T @ x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)])
+def test_store_and_retrieve_values_and_gradients_equal_plain_einsums(dtype, tol):
+    """The hand-written VJPs against JAX's autodiff of the one-einsum references."""
+    k = jax.random.split(jax.random.key(0), 6)
+    y, w = jax.random.normal(k[0], (2, 3, 5, 6), dtype), jax.random.normal(k[1], (5, 8))
+    x, r = jax.random.normal(k[2], (2, 3, 6, 8), dtype), jax.random.normal(k[3], (8, 5))
+    for fast, ref, a, b, key in [
+        (store, store_reference, y, w, k[4]),
+        (retrieve, retrieve_reference, x, r, k[5]),
+    ]:
+        out = fast(a, b)
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out.astype(float), ref(a, b).astype(float), rtol=tol, atol=tol)
+        ct = jax.random.normal(key, out.shape, dtype)
+        grads = [
+            jax.grad(lambda a, b, f=f, ct=ct: jnp.sum((f(a, b) * ct).astype(jnp.float32)), (0, 1))(
+                a, b
+            )
+            for f in (fast, ref)
+        ]
+        for g_fast, g_ref in zip(*grads, strict=True):
+            assert g_fast.dtype == g_ref.dtype
+            scale = float(jnp.abs(g_ref.astype(float)).max())
+            np.testing.assert_allclose(
+                g_fast.astype(float), g_ref.astype(float), rtol=tol, atol=tol * scale
+            )
 
 
 @pytest.mark.parametrize("R, K", [(8, 32), (16, 16)])
@@ -57,14 +85,17 @@ def test_init_variance_ratios_match_table1_formulas(R, K):
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
-def test_matrix_norm_is_scale_invariant(kind):
+def test_matrix_norm_is_scale_invariant_and_read_folds_it(kind):
     norm = MatrixNorm(RMTConfig(d_key=4, d_value=6, norm=kind), rngs=nnx.Rngs(0))
-    x = jax.random.normal(jax.random.key(0), (2, 3, 4, 6))
+    norm.scale[...] = jax.random.uniform(jax.random.key(1), norm.scale.shape, minval=0.5)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 4))
     np.testing.assert_allclose(norm(x), norm(7.5 * x), atol=1e-5)
-    flat = np.asarray(norm(x)).reshape(2, 3, -1)
+    flat = np.asarray(norm(x)).reshape(2, 3, -1) / np.asarray(norm.scale[...])
     np.testing.assert_allclose(
         (flat**2).mean(-1) if kind == "rmsnorm" else flat.var(-1), 1, rtol=1e-3
     )
+    keys = jax.random.normal(jax.random.key(2), (4, 3))
+    np.testing.assert_allclose(norm.read(x, keys), retrieve_reference(norm(x), keys), atol=1e-5)
 
 
 @pytest.fixture(scope="module", params=["alibi", "learned"])
@@ -72,6 +103,63 @@ def apply(request):
     cfg = RMTConfig(**{**TINY.__dict__, "positions": request.param})
     graphdef, state = nnx.split(RMT(cfg, rngs=nnx.Rngs(0)))
     return jax.jit(lambda t, s: nnx.merge(graphdef, state)(t, segment_ids=s))
+
+
+def _reference_logits(model: RMT, tokens, seg):
+    """The RMT forward written in the paper's layout (X is Dk x Dv), with the matrix norm
+    materialised and plain einsums everywhere: an independent check of the fast model's layout,
+    hand-written gradients and norm folding. Shares only the embedding, MLP and unembedding."""
+    cfg = model.cfg
+    B, T = tokens.shape
+    R, K, V = cfg.rank, cfg.d_key, cfg.d_value
+
+    def norm(x_BTKV, scale):
+        x = x_BTKV - (x_BTKV.mean((2, 3), keepdims=True) if cfg.norm == "layernorm" else 0)
+        g = scale[...].reshape(V, K).T  # the gain is stored flat in (Dv, Dk) order
+        return g * x / jnp.sqrt((x**2).mean((2, 3), keepdims=True) + 1e-6)
+
+    def st(y_BTRV, w_RK):
+        return jnp.einsum("btrv,rk->btkv", y_BTRV, w_RK)
+
+    x = st(model.embed(tokens, None).reshape(B, T, R, V), model.store_embed[...])
+    for layer in model.layers:
+        a, f = layer.attn, layer.ff
+        q, k, v = jnp.einsum("btkv,ckr->cbtrv", norm(x, a.norm.scale), a.read_qkv[...])
+        o = dot_product_attention(
+            q, k, v, causal=True, segment_ids=seg, alibi_slopes=a.slopes, scale=a.scale, impl="xla"
+        )
+        x = x + st(o, a.write[...])
+        y = jnp.einsum("btkv,kr->btrv", norm(x, f.norm.scale), f.read[...])
+        x = x + st(f.mlp(y.reshape(B, T, -1)).reshape(B, T, R, V), f.write[...])
+    y = jnp.einsum("btkv,kr->btrv", norm(x, model.final_norm.scale), model.read_out[...])
+    return model.unembed(y.reshape(B, T, -1))
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm", "layernorm"])
+def test_model_equals_paper_layout_reference(norm):
+    cfg = RMTConfig(**{**TINY.__dict__, "norm": norm, "d_value": 6})
+    model = RMT(cfg, rngs=nnx.Rngs(0))
+    norms = [model.final_norm] + [
+        n for layer in model.layers for n in (layer.attn.norm, layer.ff.norm)
+    ]
+    for i, n in enumerate(norms):  # non-trivial gains, so that their layout matters
+        n.scale[...] = jax.random.uniform(jax.random.key(i), n.scale.shape, minval=0.5)
+    tokens = jax.random.randint(jax.random.key(0), (2, 16), 0, 256)
+    seg = jnp.array([[1] * 7 + [2] * 9, [1] * 16])
+
+    def loss(m, f):
+        return jnp.mean(jax.nn.log_softmax(f(m))[..., 0])
+
+    fast = lambda m: m(tokens, segment_ids=seg)  # noqa: E731
+    ref = lambda m: _reference_logits(m, tokens, seg)  # noqa: E731
+    np.testing.assert_allclose(fast(model), ref(model), atol=2e-5)
+    g_fast, g_ref = (nnx.grad(loss)(model, f) for f in (fast, ref))
+    for a, b in zip(
+        jax.tree_util.tree_leaves(nnx.state(g_fast)),
+        jax.tree_util.tree_leaves(nnx.state(g_ref)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
 def test_causal(apply):

@@ -35,7 +35,7 @@ def test_wider_model_scales_hidden_and_output_rates_by_fan_in():
     assert by_name["layers/0/attn/write"] == 0.5  # storage keys read over R
     assert by_name["layers/0/attn/read_qkv"] == 1.0  # retrieval keys read over Dk (unchanged)
     assert by_name["embed/tokens/embedding"] == 1.0  # input weights: Theta(1)
-    assert by_name["final_norm/norm/scale"] == 1.0  # vectors: Theta(1)
+    assert by_name["final_norm/scale"] == 1.0  # vectors: Theta(1)
 
 
 def test_optimizer_applies_group_multipliers():
