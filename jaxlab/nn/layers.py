@@ -17,8 +17,17 @@ from jaxtyping import Array, Float
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn import attention
 
-__all__ = ["MLP", "TokenEmbedding", "count_params", "make_norm", "param_init", "unembedding"]
+__all__ = [
+    "MLP",
+    "TokenEmbedding",
+    "count_params",
+    "default_matmul_impl",
+    "make_norm",
+    "param_init",
+    "unembedding",
+]
 
 
 def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
@@ -45,13 +54,24 @@ def make_norm(
     raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
 
 
+def default_matmul_impl(platform: str | None = None) -> Literal["xla", "pallas"]:
+    """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
+    passed there (:data:`jaxlab.nn.attention.PALLAS_VERIFIED_ON_HARDWARE`, the same switch as the
+    attention kernels), XLA otherwise (on CPU Pallas only interprets)."""
+    platform = jax.default_backend() if platform is None else platform
+    if platform in ("gpu", "cuda", "rocm", "tpu") and attention.PALLAS_VERIFIED_ON_HARDWARE:
+        return "pallas"
+    return "xla"
+
+
 class MLP(nnx.Module):
     """``W_out · GELU(W_in · x)`` without biases; ``W_out`` starts at N(0, out_std).
 
     ``matmul_impl="pallas"`` runs both products through :func:`pallas_kernels.matmul` (float32
     accumulation, the GELU fused into the first product's epilogue; interpreted on CPU, so slow
-    there); ``"xla"`` (the default) uses ``nnx.Linear``. Both use the same parameters and the tanh
-    GELU, so a model can switch between them.
+    there); ``"xla"`` uses ``nnx.Linear``; ``"auto"`` (the default) resolves through
+    :func:`default_matmul_impl`. Both use the same parameters and the tanh GELU, so a model can
+    switch between them.
     """
 
     def __init__(
@@ -62,11 +82,14 @@ class MLP(nnx.Module):
         out_std: float,
         dtype: str = "float32",
         param_dtype: str = "float32",
-        matmul_impl: Literal["xla", "pallas"] = "xla",
+        matmul_impl: Literal["auto", "xla", "pallas"] = "auto",
         rngs: nnx.Rngs,
     ):
-        if matmul_impl not in ("xla", "pallas"):
-            raise ValueError(f"unknown matmul_impl {matmul_impl!r}; choose 'xla' or 'pallas'")
+        if matmul_impl not in ("auto", "xla", "pallas"):
+            raise ValueError(
+                f"unknown matmul_impl {matmul_impl!r}; choose 'auto', 'xla' or 'pallas'"
+            )
+        matmul_impl = default_matmul_impl() if matmul_impl == "auto" else matmul_impl
         kw = dict(use_bias=False, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
         self.up = nnx.Linear(
             d_model,

@@ -51,6 +51,7 @@ class TransformerConfig:
     document_mask: bool = True
     z_loss: float = 0.0
     attention_impl: str = "auto"
+    matmul_impl: Literal["auto", "xla", "pallas"] = "auto"  # the MLP's two products
     dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype
     param_dtype: Literal["float32", "bfloat16"] = "float32"
 
@@ -68,6 +69,10 @@ class TransformerConfig:
             f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
         )
         check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means 4 * d_model)")
+        check(
+            self.matmul_impl in ("auto", "xla", "pallas"),
+            f"model.matmul_impl must be 'auto', 'xla' or 'pallas', got {self.matmul_impl!r}",
+        )
         check(self.z_loss >= 0, "model.z_loss must be >= 0")
 
     @property
@@ -155,6 +160,7 @@ class Block(nnx.Module):
             out_std=out_std,
             dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
+            matmul_impl=cfg.matmul_impl,
             rngs=rngs,
         )
 

@@ -5,6 +5,8 @@ the TPU style (contracting blocks on a sequential grid axis, VMEM accumulator); 
 classes rerun it with native lowering and skip elsewhere.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -143,3 +145,28 @@ def test_bad_calls_are_clear_errors(call, message):
     x, y = jnp.ones((4, 8)), jnp.ones((8, 4))
     with pytest.raises(KernelConfigError, match=message):
         call(x, y)
+
+
+def test_auto_matmul_impl_follows_the_hardware_switch(monkeypatch):
+    from jaxlab.nn import attention
+    from jaxlab.nn.layers import default_matmul_impl
+
+    assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla"] * 3
+    monkeypatch.setattr(attention, "PALLAS_VERIFIED_ON_HARDWARE", True)
+    assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla", "pallas", "pallas"]
+
+
+def test_models_run_their_mlps_through_the_pallas_matmul():
+    """The model path: an RMT whose config picks the Pallas matmul gives the XLA model's logits."""
+    from jaxlab.core.errors import ConfigError
+    from jaxlab.methods.rmt import RMT, RMTConfig
+
+    cfg = RMTConfig(seq_len=8, num_layers=1, rank=2, d_key=4, d_value=8, d_ff=32)
+    tokens = jnp.arange(8)[None] % 7
+    xla = RMT(dataclasses.replace(cfg, matmul_impl="xla"), rngs=nnx.Rngs(0))
+    pallas = RMT(dataclasses.replace(cfg, matmul_impl="pallas"), rngs=nnx.Rngs(0))
+    assert pallas.layers[0].ff.mlp.matmul_impl == "pallas"
+    with jax.default_matmul_precision("highest"):
+        np.testing.assert_allclose(pallas(tokens), xla(tokens), atol=1e-5)
+    with pytest.raises(ConfigError, match="model.matmul_impl must be"):
+        dataclasses.replace(cfg, matmul_impl="cublas")

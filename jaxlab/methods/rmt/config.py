@@ -62,6 +62,7 @@ class RMTConfig:
     mup_base_d_ff: int = 0
     document_mask: bool = True
     attention_impl: str = "auto"
+    matmul_impl: Literal["auto", "xla", "pallas"] = "auto"  # the MLP's two products
     dtype: Literal["float32", "bfloat16"] = "float32"
     param_dtype: Literal["float32", "bfloat16"] = "float32"
 
@@ -71,6 +72,10 @@ class RMTConfig:
                 getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}"
             )
         check(self.z_loss >= 0, "model.z_loss must be >= 0")
+        check(
+            self.matmul_impl in ("auto", "xla", "pallas"),
+            f"model.matmul_impl must be 'auto', 'xla' or 'pallas', got {self.matmul_impl!r}",
+        )
 
     @property
     def width(self) -> int:

@@ -215,6 +215,7 @@ class RMTFeedForward(nnx.Module):
             out_std=0.02,
             dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
+            matmul_impl=cfg.matmul_impl,
             rngs=rngs,
         )
         self.write = _keys((R, K), R**-0.5 / math.sqrt(2 * cfg.num_layers), rngs, cfg.param_dtype)
