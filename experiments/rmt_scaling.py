@@ -1,11 +1,12 @@
 """The RMT reaches a matched Transformer's loss with fewer FLOPs, params and tokens (Sec. 5.1).
 
 Command:  python experiments/run.py --exp=rmt_scaling          (``--smoke``: under a minute)
-Runtime:  8 min 27 s wall on an idle 2-core CPU (29 min when shared with 3 other jobs); --smoke 30 s
+Runtime:  8 min 05 s wall on an idle 2-core CPU (29 min when shared with 3 other jobs); --smoke 30 s
 Result:   at D = 64 / 96 / 128 the RMT ends at validation loss 1.755 / 1.466 / 1.438 against the
           transformer's 1.788 / 1.608 / 1.533 nats/byte, with 22-30% fewer parameters; at D = 128 it
           reaches the transformer's final loss with 0.71 of its tokens and 0.59 of its FLOPs (paper:
-          0.59 and 0.42); step time RMT/transformer 1.32 (1.12 with Dk = Dv; paper 1.77).
+          0.59 and 0.42); step time RMT/transformer 1.37 / 1.21 / 1.13 at D = 64 / 96 / 128
+          (1.17 / 1.12 / 1.06 with Dk = Dv; paper 1.77 on GPU).
           Measured 2026-11-30.
 
 Trains matched Transformer/RMT pairs (same core width D = R*Dv, depth, heads, d_ff; see

@@ -37,18 +37,27 @@ def aggregate(rows: list[dict], keys: tuple[str, ...]) -> dict[str, dict[int, di
     }
 
 
-def timing_slopes(table: dict) -> dict[str, float]:
-    """Log-log slope of seconds per iteration against d, per method (NaN with < 2 sizes)."""
+def timing_slopes(table: dict, largest: int | None = None) -> dict[str, float]:
+    """Log-log slope of seconds per iteration against d, per method (NaN with < 2 sizes).
+
+    ``largest=k`` fits only the k largest sizes: with ``k = 2`` the local exponent at the top of
+    the grid, closer to the asymptotic one than the fit over all sizes when fixed costs (the m x m
+    graphical lasso, dispatch) dominate the small sizes.
+    """
     out = {}
     for method, by_d in table.items():
-        ds = np.array(list(by_d))
-        t = np.array([v["seconds_per_iter"] for v in by_d.values()])
+        pairs = sorted(by_d.items())[-largest:] if largest else sorted(by_d.items())
+        ds = np.array([d for d, _ in pairs])
+        t = np.array([v["seconds_per_iter"] for _, v in pairs])
         out[method] = fit_loglog_slope(ds, t)[0] if len(ds) >= 2 else float("nan")
     return out
 
 
-def timing_figure(table: dict, slopes: dict[str, float], title: str) -> Figure:
-    """Seconds per iteration against d on log-log axes, slopes in the legend."""
+def timing_figure(
+    table: dict, slopes: dict[str, float], title: str, top_slopes: dict[str, float] | None = None
+) -> Figure:
+    """Seconds per iteration against d on log-log axes, slopes (and top-of-grid ones) in the
+    legend."""
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     for method, by_d in table.items():
@@ -57,7 +66,8 @@ def timing_figure(table: dict, slopes: dict[str, float], title: str) -> Figure:
             ds,
             [v["seconds_per_iter"] for v in by_d.values()],
             "o-",
-            label=f"{method} (slope {slopes[method]:.2f})",
+            label=f"{method} (slope {slopes[method]:.2f}"
+            + (f"; {top_slopes[method]:.2f} over the 2 largest d)" if top_slopes else ")"),
         )
     ax.set_xlabel("number of features d")
     ax.set_ylabel("seconds per iteration")
