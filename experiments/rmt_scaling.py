@@ -1,13 +1,13 @@
 """The RMT reaches a matched Transformer's loss with fewer FLOPs, params and tokens (Sec. 5.1).
 
 Command:  python experiments/run.py --exp=rmt_scaling          (``--smoke``: under a minute)
-Runtime:  8 min 05 s wall on an idle 2-core CPU (29 min when shared with 3 other jobs); --smoke 30 s
-Result:   at D = 64 / 96 / 128 the RMT ends at validation loss 1.755 / 1.466 / 1.438 against the
-          transformer's 1.788 / 1.608 / 1.533 nats/byte, with 22-30% fewer parameters; at D = 128 it
-          reaches the transformer's final loss with 0.71 of its tokens and 0.59 of its FLOPs (paper:
-          0.59 and 0.42); step time RMT/transformer 1.37 / 1.21 / 1.13 at D = 64 / 96 / 128
-          (1.17 / 1.12 / 1.06 with Dk = Dv; paper 1.77 on GPU).
-          Measured 2026-11-30.
+Runtime:  8 min 01 s wall on an idle 2-core CPU (29 min when shared with 3 other jobs); --smoke 30 s
+Result:   at D = 64 / 96 / 128 (Dk = 4R = 16 / 24 / 32) the RMT ends at validation loss
+          1.799 / 1.528 / 1.438 against the transformer's 1.788 / 1.608 / 1.533 nats/byte, with
+          23-30% fewer parameters; at D = 128 it reaches the transformer's final loss with 0.71 of
+          its tokens and 0.59 of its FLOPs (paper: 0.59 and 0.42), at D = 96 with 0.72 and 0.60; at
+          D = 64 it does not reach it. Step time RMT/transformer 1.21 / 1.16 / 1.13 (paper 1.77,
+          on GPU). Measured 2026-11-30.
 
 Trains matched Transformer/RMT pairs (same core width D = R*Dv, depth, heads, d_ff; see
 :mod:`jaxlab.methods.rmt.scaling`) at three sizes on the shipped KJV corpus with the same batches,
@@ -54,7 +54,10 @@ class Config:
     widths: tuple[int, ...] = (64, 96, 128)  # core width D of each pair
     layers: tuple[int, ...] = (2, 3, 4)
     head_dim: int = 16  # Dv, and the transformer's head size
-    d_key: int = 32  # Dk: the RMT's residual stream is Dk x Dv per token
+    # Dk: the RMT's residual stream is Dk x Dv per token, residual_ratio = Dk / R times the core
+    # width R * Dv. 0 (default) scales Dk with R at the paper's 305M ratio, 4 (Dk = 64, R = 16).
+    d_key: int = 0
+    residual_ratio: int = 4
     seq_len: int = 128
     norm: str = "rmsnorm"
     positions: str = "alibi"
@@ -70,6 +73,7 @@ class Config:
         check(len(self.widths) >= 2 or self.paper_pairs, "rmt_scaling needs at least two sizes")
         for w in self.widths:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
+        check(self.d_key >= 0 and self.residual_ratio > 0, "need d_key >= 0, residual_ratio > 0")
 
     def pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
         pairs = self._pairs()
@@ -96,7 +100,7 @@ class Config:
                 w,
                 n,
                 head_dim=self.head_dim,
-                d_key=self.d_key,
+                d_key=self.d_key or self.residual_ratio * (w // self.head_dim),
                 seq_len=self.seq_len,
                 vocab_size=256,
                 norm=self.norm,

@@ -147,13 +147,15 @@ def test_model_equals_paper_layout_reference(norm):
     tokens = jax.random.randint(jax.random.key(0), (2, 16), 0, 256)
     seg = jnp.array([[1] * 7 + [2] * 9, [1] * 16])
 
-    def loss(m, f):
-        return jnp.mean(jax.nn.log_softmax(f(m))[..., 0])
+    def logits_and_grads(forward):
+        loss = lambda m: jnp.mean(jax.nn.log_softmax(forward(m))[..., 0])  # noqa: E731
+        return nnx.jit(lambda m: (forward(m), nnx.grad(loss)(m)))(model)
 
-    fast = lambda m: m(tokens, segment_ids=seg)  # noqa: E731
-    ref = lambda m: _reference_logits(m, tokens, seg)  # noqa: E731
-    np.testing.assert_allclose(fast(model), ref(model), atol=2e-5)
-    g_fast, g_ref = (nnx.grad(loss)(model, f) for f in (fast, ref))
+    (fast, g_fast), (ref, g_ref) = (
+        logits_and_grads(lambda m: m(tokens, segment_ids=seg)),
+        logits_and_grads(lambda m: _reference_logits(m, tokens, seg)),
+    )
+    np.testing.assert_allclose(fast, ref, atol=2e-5)
     for a, b in zip(
         jax.tree_util.tree_leaves(nnx.state(g_fast)),
         jax.tree_util.tree_leaves(nnx.state(g_ref)),
