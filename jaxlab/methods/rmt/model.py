@@ -27,7 +27,8 @@ and neither the forward nor the backward transposes a residual-sized tensor (onl
 ``R x Dv`` operands are transposed); :func:`store` and :func:`retrieve` carry hand-written
 gradients to keep that true for the key gradients, and the matrix norm is folded into the
 retrieval that always follows it (:class:`MatrixNorm`). On the 2-core CPU these three changes
-took the step-time ratio against the matched transformer from 1.35x to 1.13x (method README).
+took the step-time ratio against the matched transformer from about 1.35x to about 1.13x
+(method README).
 """
 
 from __future__ import annotations
