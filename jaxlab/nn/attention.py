@@ -43,6 +43,7 @@ __all__ = [
     "alibi_slopes",
     "default_impl",
     "dot_product_attention",
+    "pallas_ready",
     "xla_attention",
     "xla_chunked_attention",
 ]
@@ -70,6 +71,14 @@ class AttentionImpl(enum.StrEnum):
 PALLAS_VERIFIED_ON_HARDWARE = False
 
 
+def pallas_ready(platform: str | None = None) -> bool:
+    """Whether ``"auto"`` dispatches (attention here, the MLP matmul in :mod:`jaxlab.nn.layers`)
+    pick Pallas on ``platform`` (default ``jax.default_backend()``): a GPU or TPU, once
+    :data:`PALLAS_VERIFIED_ON_HARDWARE` is set."""
+    platform = jax.default_backend() if platform is None else platform
+    return platform in ("gpu", "cuda", "rocm", "tpu") and PALLAS_VERIFIED_ON_HARDWARE
+
+
 def default_impl(platform: str | None = None, seq_len: int | None = None) -> AttentionImpl:
     """The implementation ``impl="auto"`` uses on ``platform`` for ``seq_len`` keys.
 
@@ -85,8 +94,7 @@ def default_impl(platform: str | None = None, seq_len: int | None = None) -> Att
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``; default ``jax.default_backend()``.
       seq_len: number of keys; ``None`` counts as short.
     """
-    platform = jax.default_backend() if platform is None else platform
-    if platform in ("gpu", "cuda", "rocm", "tpu") and PALLAS_VERIFIED_ON_HARDWARE:
+    if pallas_ready(platform):
         return AttentionImpl.PALLAS
     if seq_len is not None and seq_len >= CHUNKED_MIN_SEQ_LEN:
         return AttentionImpl.XLA_CHUNKED

@@ -58,10 +58,7 @@ def default_matmul_impl(platform: str | None = None) -> Literal["xla", "pallas"]
     """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
     passed there (:data:`jaxlab.nn.attention.PALLAS_VERIFIED_ON_HARDWARE`, the same switch as the
     attention kernels), XLA otherwise (on CPU Pallas only interprets)."""
-    platform = jax.default_backend() if platform is None else platform
-    if platform in ("gpu", "cuda", "rocm", "tpu") and attention.PALLAS_VERIFIED_ON_HARDWARE:
-        return "pallas"
-    return "xla"
+    return "pallas" if attention.pallas_ready(platform) else "xla"
 
 
 class MLP(nnx.Module):
