@@ -24,6 +24,7 @@ import json
 import pathlib
 import sys
 import time
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -31,7 +32,7 @@ from jaxlab.core.config import apply_overrides, config_diff, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
 
-__all__ = ["available", "claim", "launch", "load", "resolve_config"]
+__all__ = ["available", "claim", "launch", "load", "resolve_config", "select_preset"]
 
 # Keys that may change between a run and its resumption without making it a different run.
 RESUMABLE_CHANGES = ("train.steps",)
@@ -68,6 +69,26 @@ def load(exp_dir: str | pathlib.Path, name: str) -> ModuleType:
         if not hasattr(module, attr):
             raise ConfigError(f"experiment {name!r} defines no {attr}()")
     return module
+
+
+def select_preset(experiment: str, presets: Mapping[str, Callable[[], Any]], preset: str) -> Any:
+    """The config of ``preset`` from an experiment's one table of presets.
+
+    Every experiment declares its presets as one mapping from name to a zero-argument builder
+    (``{"default": lambda: Config(...), "smoke": ..., "paper": ...}``) and its ``get_config`` is
+    ``select_preset(NAME, PRESETS, preset)``, so the error for an unknown preset is the same
+    everywhere.
+
+    Raises:
+      ConfigError: ``preset`` is not in the table (the message lists the ones that are).
+    """
+    if preset not in presets:
+        close = difflib.get_close_matches(str(preset), list(presets), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"unknown preset {preset!r} for {experiment}{hint}; choose one of {', '.join(presets)}"
+        )
+    return presets[preset]()
 
 
 def resolve_config(module: ModuleType, overrides: dict[str, str], smoke: bool) -> tuple[str, Any]:
