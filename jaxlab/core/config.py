@@ -25,6 +25,7 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "check",
+    "check_choices",
     "config_diff",
     "flat_keys",
     "from_dict",
@@ -37,6 +38,40 @@ def check(condition: bool, message: str) -> None:
     """Raises :class:`ConfigError` with ``message`` (saying what to change) unless ``condition``."""
     if not condition:
         raise ConfigError(message)
+
+
+def check_choices(cfg: Any, prefix: str = "") -> None:
+    """Checks every ``Literal``-typed field of a dataclass config holds one of its options.
+
+    Call it from ``__post_init__`` so that a bad string fails when the config is built (from code
+    as well as from ``--set``), not when a model is first traced. ``prefix`` is the field's dotted
+    position in the experiment config (``"model."``), used in the message.
+
+    Raises:
+      ConfigError: naming the field, the value and the options.
+    """
+    for name, tp in _fields(type(cfg)).items():
+        options = _literal_options(tp)
+        value = getattr(cfg, name)
+        if options is not None and value not in options:
+            raise ConfigError(
+                f"{prefix}{name}={value!r} is not an option; choose one of "
+                + ", ".join(repr(o) for o in options)
+            )
+
+
+def _literal_options(tp: Any) -> tuple[Any, ...] | None:
+    """The options of ``Literal[...]`` (or of ``Optional[Literal[...]]``, None included)."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        parts = [
+            _literal_options(a) if a is not type(None) else (None,) for a in typing.get_args(tp)
+        ]
+        if all(p is not None for p in parts):
+            return tuple(o for p in parts for o in p)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

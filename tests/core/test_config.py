@@ -103,3 +103,27 @@ def test_dict_round_trip_and_diff():
 def test_bad_set_syntax():
     with pytest.raises(ConfigError, match="key=value"):
         parse_overrides(["train.steps"])
+
+
+def test_check_choices_rejects_a_bad_literal_built_from_code():
+    import dataclasses
+    from typing import Literal
+
+    from jaxlab.core.config import check_choices
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        kind: Literal["a", "b"] = "a"
+        maybe: Literal["x"] | None = None
+        free: str = "anything"
+
+        def __post_init__(self):
+            check_choices(self, "model.")
+
+    Cfg(kind="b", maybe="x")
+    with pytest.raises(
+        ConfigError, match=r"model.kind='c' is not an option; choose one of 'a', 'b'"
+    ):
+        Cfg(kind="c")
+    with pytest.raises(ConfigError, match=r"model.maybe='y'"):
+        Cfg(maybe="y")
