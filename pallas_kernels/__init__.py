@@ -3,7 +3,8 @@
 One file per op, each holding the kernel bodies, the public wrapper (differentiable through
 ``jax.custom_vjp``), a frozen ``BlockSizes`` dataclass (exported here under the op's name) and a
 plain-jnp ``*_reference`` beside the kernel. Kernels lower natively to GPUs (Triton) and TPUs
-(Mosaic) and run in the Pallas interpreter on CPU (``interpret=None`` picks that by itself). This
+(Mosaic) and run in the Pallas interpreter on CPU (``interpret=None`` picks that by itself);
+``python -m pallas_kernels.lower`` lowers them all for GPU and TPU from any machine. This
 package imports nothing from ``jaxlab``; user errors raise :class:`KernelConfigError` (a
 ``ValueError``), which ``jaxlab.nn.attention`` re-raises as ``ConfigError``. See ``README.md`` here
 for backends, tolerances and measured numbers.

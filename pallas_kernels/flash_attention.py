@@ -31,6 +31,7 @@ from pallas_kernels._common import (
     Style,
     check_power_of_two,
     load_tile,
+    native_call,
     pow2_at_least,
     reduce_blocks,
     resolve_backend,
@@ -130,19 +131,27 @@ def _probs(s_minus_max, key_valid):
     return p if key_valid is None else jnp.where(key_valid, p, 0.0)
 
 
+def _div(a, b: int):
+    """``a // b`` for a traced ``a >= 0``. ``jnp.floor_divide`` corrects negative quotients with
+    ``sign``, whose Mosaic lowering asks the TPU for its chip version (so lowering fails without
+    one); truncating ``lax.div`` is the same on non-negative values. ``b`` takes ``a``'s dtype,
+    so the index maths stays int32 under x64."""
+    return lax.div(a, jnp.asarray(b, a.dtype))
+
+
 def _kv_hi(cfg: _Static, i, bq: int, bk: int, nk: int):
     """Number of key blocks query block ``i`` needs (causal: up to its last query's position)."""
     if not cfg.causal:
         return nk
-    # `//` (not lax.div) keeps Python ints weakly typed, so the kernels also trace under x64.
-    return jnp.minimum(((i + 1) * bq - 1 + cfg.offset) // bk + 1, nk)
+    # offset = S - T >= 0 (causal needs T <= S), so the dividend is non-negative.
+    return jnp.minimum(_div((i + 1) * bq - 1 + cfg.offset, bk) + 1, nk)
 
 
 def _q_lo(cfg: _Static, j, bq: int, bk: int):
     """First query block that sees key block ``j`` (causal), else 0."""
     if not cfg.causal:
         return 0
-    return jnp.maximum(j * bk - cfg.offset, 0) // bq
+    return _div(jnp.maximum(j * bk - cfg.offset, 0), bq)
 
 
 def _split(refs, n_main: int, cfg: _Static):
@@ -295,7 +304,7 @@ def _call(
     B, H = arrays[0].shape[:2]
     row_block, n_rows = rows
     stream_block, n_stream, stream_is_q = stream
-    kv_head = lambda h: h // cfg.groups
+    kv_head = lambda h: _div(h, cfg.groups)  # h >= 0; no floor_divide (see _div)
 
     def clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last useful one)
         if not cfg.causal:
@@ -340,7 +349,7 @@ def _call(
         width = arrays[0].shape[-1]
         params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
         scratch_shapes = []
-    return pl.pallas_call(
+    call = pl.pallas_call(
         functools.partial(kernel, cfg=cfg),
         grid=grid,
         in_specs=in_specs,
@@ -350,7 +359,8 @@ def _call(
         compiler_params=params,
         interpret=cfg.interpret,
         name=name,
-    )(*arrays)
+    )
+    return native_call(call, out_shape, cfg.style, cfg.interpret)(*arrays)
 
 
 def _extras(seg_q, seg_k, slopes, row_is_q: bool):
@@ -434,6 +444,8 @@ def _check_inputs(q, k, v, segment_ids, alibi_slopes, causal: bool) -> None:
         )
     if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise KernelConfigError(f"flash_attention: q{q.shape}, k{k.shape}, v{v.shape} do not fit")
+    if k.shape[2] == 0:
+        raise KernelConfigError(f"flash_attention: k and v need at least one head, got k{k.shape}")
     if q.shape[2] % k.shape[2]:
         raise KernelConfigError(
             f"flash_attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
@@ -514,9 +526,10 @@ def flash_attention(
         return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, Dp - D)))
 
     seg_q = seg_k = None
-    if segment_ids is not None:
-        seg = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, Tp - T)), constant_values=-1)
-        seg_q, seg_k = seg[:, :, None], seg[:, None, :]
+    if segment_ids is not None:  # T == S, but each side pads to its own length (Tp, Sp differ)
+        seg = segment_ids.astype(jnp.int32)
+        pad = lambda length: jnp.pad(seg, ((0, 0), (0, length - T)), constant_values=-1)  # noqa: E731
+        seg_q, seg_k = pad(Tp)[:, :, None], pad(Sp)[:, None, :]
     slopes = None if alibi_slopes is None else alibi_slopes.astype(F32)
     cfg = _Static(
         **blocks,

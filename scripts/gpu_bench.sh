@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The GPU run of the Pallas kernels (issue 4): kernels_bench's TFLOP/s grid (Pallas vs cuDNN vs XLA,
-# fwd and fwd+bwd, as ratios from one process) and the native-lowering (`gpu`-marked) kernel tests
-# plus the attention contract test, on the GPU. Installs nothing: the `python` on PATH must already
+# The GPU run of the Pallas kernels (issue 4): first the cross-platform lowering check
+# (`python -m pallas_kernels.lower --platform=cuda`, issue 12: every kernel, fwd and bwd, lowers to
+# Triton), then kernels_bench's TFLOP/s grid (Pallas vs cuDNN vs XLA, fwd and fwd+bwd, as ratios
+# from one process) and the native-lowering (`gpu`-marked) kernel tests plus the attention contract
+# test, on the GPU. Installs nothing: the `python` on PATH must already
 # have jax[cuda12] and this checkout (`pip install -e '.[gpu,dev]'`). Budget: ~5 min on an H100/H200.
 #
 # Usage: bash scripts/gpu_bench.sh [RESULTS_DIR]
 #        RESULTS_DIR defaults to $OUT when set (device runners), else runs/gpu_bench_<timestamp>.
-# Writes: env.txt (nvidia-smi, jax devices), bench.log, kernels_bench/{summary.json,metrics.jsonl,
-#         *.png}, native_tests.log, contract_tests.log. Exit status: non-zero if any part failed.
+# Writes: env.txt (nvidia-smi, jax devices), lower.log, bench.log, kernels_bench/{summary.json,
+#         metrics.jsonl,*.png}, native_tests.log, contract_tests.log. Exit status: non-zero if any
+#         part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${1:-${OUT:-runs/gpu_bench_$(date +%Y%m%d_%H%M%S)}}"
@@ -21,6 +24,10 @@ if ! python -c "import jax, sys; sys.exit(jax.default_backend() != 'gpu')" 2>>"$
 fi
 
 status=0
+# Lowering only (no kernel runs): if this fails, the GPU numbers below cannot be trusted either.
+timeout 120 python -m pallas_kernels.lower --platform=cuda 2>&1 | tee "$RESULTS/lower.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
 timeout 360 python experiments/run.py --exp=kernels_bench --workdir "$RESULTS/kernels_bench" \
   2>&1 | tee "$RESULTS/bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

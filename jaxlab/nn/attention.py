@@ -15,12 +15,18 @@ multi-query attention) and picks an implementation from :class:`AttentionImpl`:
 
 ``impl="auto"`` resolves through :func:`default_impl` (one place, one rule): the XLA reference below
 :data:`CHUNKED_MIN_SEQ_LEN` keys and the chunked path from there; Pallas on GPU and TPU once
-:data:`PALLAS_VERIFIED_ON_HARDWARE` is set after the native kernels pass there.
+:func:`pallas_ready` says so. That follows the environment variable ``JAXLAB_PALLAS``, read at each
+call: ``on`` lets ``auto`` pick the Pallas kernels (attention here and the MLP matmul of
+:mod:`jaxlab.nn.layers`) on GPUs and TPUs, ``off`` never, and ``auto`` (or unset) follows
+:data:`PALLAS_VERIFIED_ON_HARDWARE`, the project's default, which stays off until the native kernels
+have passed ``scripts/gpu_bench.sh`` on hardware. The CPU never picks Pallas (it only interprets).
 
 Masks: ``causal`` keeps keys at positions ``<=`` the query's; ``segment_ids`` (B, T) keeps only
 pairs in the same document (packed rows); ``alibi_slopes`` (H,) adds ``-slope_h * |i - j|`` to the
 logits (Press et al. 2022, "Train Short, Test Long", Sec. 3). Queries sit at the end of the keys
-(query ``i`` at position ``i + S - T``).
+(query ``i`` at position ``i + S - T``), so causal attention needs ``T <= S``: with more queries
+than keys the first ``T - S`` queries would see no key at all, and every implementation refuses
+that with a :class:`~jaxlab.core.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +46,7 @@ from jaxlab.core.errors import ConfigError
 
 __all__ = [
     "CHUNKED_MIN_SEQ_LEN",
+    "PALLAS_ENV",
     "AttentionImpl",
     "alibi_slopes",
     "default_impl",
@@ -67,16 +75,33 @@ class AttentionImpl(enum.StrEnum):
     CUDNN = "cudnn"
 
 
-# Flip to True once scripts/gpu_bench.sh's native tests pass on a GPU/TPU (see the docstring below).
+# The default of JAXLAB_PALLAS=auto. Flip to True once scripts/gpu_bench.sh's native tests pass on
+# a GPU/TPU (see default_impl); until then users opt in with JAXLAB_PALLAS=on, no code edit needed.
 PALLAS_VERIFIED_ON_HARDWARE = False
+# Environment variable that overrides the switch above: auto (follow it), on, off.
+PALLAS_ENV = "JAXLAB_PALLAS"
 
 
 def pallas_ready(platform: str | None = None) -> bool:
     """Whether ``"auto"`` dispatches (attention here, the MLP matmul in :mod:`jaxlab.nn.layers`)
-    pick Pallas on ``platform`` (default ``jax.default_backend()``): a GPU or TPU, once
-    :data:`PALLAS_VERIFIED_ON_HARDWARE` is set."""
+    pick Pallas on ``platform`` (default ``jax.default_backend()``).
+
+    Never on the CPU; on a GPU or TPU as :data:`PALLAS_ENV` (``JAXLAB_PALLAS``, read at each call)
+    says: ``on`` yes, ``off`` no, ``auto`` or unset as :data:`PALLAS_VERIFIED_ON_HARDWARE`.
+
+    Raises:
+      ConfigError: ``JAXLAB_PALLAS`` holds anything else.
+    """
+    setting = os.environ.get(PALLAS_ENV, "").strip().lower() or "auto"
+    if setting not in ("auto", "on", "off"):
+        raise ConfigError(
+            f"{PALLAS_ENV}={os.environ[PALLAS_ENV]!r} must be auto, on or off "
+            "(on: impl 'auto' picks the Pallas kernels on GPU/TPU)"
+        )
     platform = jax.default_backend() if platform is None else platform
-    return platform in ("gpu", "cuda", "rocm", "tpu") and PALLAS_VERIFIED_ON_HARDWARE
+    if platform not in ("gpu", "cuda", "rocm", "tpu"):
+        return False
+    return PALLAS_VERIFIED_ON_HARDWARE if setting == "auto" else setting == "on"
 
 
 def default_impl(platform: str | None = None, seq_len: int | None = None) -> AttentionImpl:
@@ -86,9 +111,9 @@ def default_impl(platform: str | None = None, seq_len: int | None = None) -> Att
     cuDNN's fused kernel does not). The kernels' native lowerings have not yet run on hardware
     (``scripts/gpu_bench.sh`` is ready for the first GPU), so until they pass there the accelerators
     use the XLA path: the chunked one for long sequences, the reference otherwise; pass
-    ``impl="pallas"`` to opt in. On CPU, where Pallas only interprets, the XLA reference for short
-    sequences and the chunked XLA path from :data:`CHUNKED_MIN_SEQ_LEN` keys on (memory linear in
-    T).
+    ``impl="pallas"``, or set ``JAXLAB_PALLAS=on`` (:func:`pallas_ready`), to opt in. On CPU,
+    where Pallas only interprets, the XLA reference for short sequences and the chunked XLA path
+    from :data:`CHUNKED_MIN_SEQ_LEN` keys on (memory linear in T).
 
     Args:
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``; default ``jax.default_backend()``.
@@ -119,13 +144,21 @@ def alibi_slopes(num_heads: int) -> Float[Array, " H"]:
     return np.asarray(slopes, np.float32)
 
 
-def _check_shapes(q, k, v, segment_ids, alibi) -> None:
+def _check_shapes(q, k, v, segment_ids, alibi, causal: bool) -> None:
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ConfigError(
             f"attention expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
         )
     if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ConfigError(f"attention: q{q.shape}, k{k.shape}, v{v.shape} do not fit together")
+    if k.shape[2] == 0:
+        raise ConfigError(f"attention: k and v need at least one head, got k{k.shape}")
+    T, S = q.shape[1], k.shape[1]
+    if causal and T > S:  # queries end-aligned: the first T - S would see no key (module doc)
+        raise ConfigError(
+            f"attention: causal attention needs at least as many keys as queries; got T={T} "
+            f"queries and S={S} keys"
+        )
     if q.shape[2] % k.shape[2]:
         raise ConfigError(
             f"attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
@@ -343,7 +376,7 @@ def dot_product_attention(
     Raises:
       ConfigError: for shapes that do not fit, or an unknown or unavailable ``impl``.
     """
-    _check_shapes(q, k, v, segment_ids, alibi_slopes)
+    _check_shapes(q, k, v, segment_ids, alibi_slopes, causal)
     try:
         impl = AttentionImpl(impl)
     except ValueError:

@@ -55,9 +55,10 @@ def make_norm(
 
 
 def default_matmul_impl(platform: str | None = None) -> Literal["xla", "pallas"]:
-    """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
-    passed there (:data:`jaxlab.nn.attention.PALLAS_VERIFIED_ON_HARDWARE`, the same switch as the
-    attention kernels), XLA otherwise (on CPU Pallas only interprets)."""
+    """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU when
+    :func:`jaxlab.nn.attention.pallas_ready` says so (the same switch as the attention kernels:
+    ``JAXLAB_PALLAS=on``, or :data:`~jaxlab.nn.attention.PALLAS_VERIFIED_ON_HARDWARE` once the
+    native lowering has passed on hardware), XLA otherwise (on CPU Pallas only interprets)."""
     return "pallas" if attention.pallas_ready(platform) else "xla"
 
 

@@ -17,6 +17,9 @@ from pallas_kernels.flash_attention import BlockSizes
 
 SMALL = BlockSizes(16, 16, 16, 16, 16, 16)
 MIXED = BlockSizes(32, 16, 16, 32, 32, 16)  # unequal tiles: lengths pad to 32, keys step by 16
+# Key blocks wider than query blocks: T = S = 40 pads to 48 queries but 64 keys, so the query- and
+# key-side segment ids have different padded lengths.
+WIDE_K = BlockSizes(16, 64, 16, 64, 16, 64)
 
 #        B  T   S   H  K  D   causal segments alibi blocks
 CASES = {
@@ -27,6 +30,8 @@ CASES = {
     "causal_cross_length": (1, 24, 40, 2, 1, 16, True, False, True, SMALL),
     "gqa_causal_segments_alibi": (2, 40, 40, 4, 2, 16, True, True, True, SMALL),
     "gqa_causal_segments_alibi_mixed": (2, 40, 40, 4, 2, 16, True, True, True, MIXED),
+    "segments_wide_key_blocks": (2, 40, 40, 2, 2, 16, False, True, False, WIDE_K),
+    "causal_segments_alibi_wide_key_blocks": (1, 40, 40, 4, 2, 16, True, True, True, WIDE_K),
 }
 # float32 against float32: the kernel only reorders sums (blockwise softmax), so errors stay at a
 # few float32 ulps of O(1) values; measured <= 4e-6 on these shapes.
@@ -111,7 +116,12 @@ class TestFlashAttentionTPUStyle(TestFlashAttention):
     """The TPU kernel style (sequential grid axis + VMEM scratch), interpreted on CPU."""
 
     BACKEND = "tpu"
-    CASES = ["causal", "causal_cross_length", "gqa_causal_segments_alibi_mixed"]
+    CASES = [
+        "causal",
+        "causal_cross_length",
+        "gqa_causal_segments_alibi_mixed",
+        "causal_segments_alibi_wide_key_blocks",
+    ]
 
 
 @pytest.mark.gpu
@@ -163,6 +173,7 @@ def test_block_sizes_must_be_the_dataclass():
     "mutate, kwargs, message",
     [
         (lambda q, k, v: (q, k[:, :, :1, :5], v), {}, "do not fit"),
+        (lambda q, k, v: (q, k[:, :, :0], v[:, :, :0]), {}, "k and v need at least one head"),
         (lambda q, k, v: (q[:, :, :1], k, v), {}, "not a multiple of 2 kv heads"),
         (lambda q, k, v: (q, k[:, :16], v[:, :16]), dict(causal=True), "causal needs T <= S"),
         (lambda q, k, v: (q[0], k, v), {}, r"\(B, T, H, D\)"),
@@ -182,6 +193,28 @@ def test_native_kernel_on_cpu_is_refused():
     (q, k, v, _), _ = make_inputs("mha")
     with pytest.raises(KernelConfigError, match="cannot run on the cpu backend"):
         flash_attention(q, k, v, interpret=False, backend="gpu")
+
+
+@pytest.mark.parametrize("style, platform", [("gpu", "cpu"), ("tpu", "cpu"), ("gpu", "tpu")])
+def test_native_kernel_is_refused_when_lowered_for_another_platform(style, platform):
+    """The guard works at lowering time (jit, export), so it names the platform being lowered for
+    and leaves lowering for the kernel's own platform free (pallas_kernels.lower does that)."""
+    (q, k, v, _), _ = make_inputs("mha")
+    fn = jax.jit(lambda q, k, v: flash_attention(q, k, v, interpret=False, backend=style))
+    message = f"native {style} kernel cannot run on the {platform} backend"
+    with pytest.raises(KernelConfigError, match=message):
+        jax.export.export(fn, platforms=[platform])(q, k, v)
+
+
+def test_vmapped_native_kernel_lowers_for_its_platform_only():
+    """vmap passes through the guard: refused for the CPU, exported for CUDA (Triton)."""
+    q = jnp.ones((2, 1, 16, 2, 16))
+    fn = jax.jit(jax.vmap(lambda q: flash_attention(q, q, q, interpret=False, backend="gpu")))
+    with pytest.raises(KernelConfigError, match="native gpu kernel cannot run on the cpu backend"):
+        fn(q)
+    triton = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
+    exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[triton])(q)
+    assert exported.out_avals[0].shape == q.shape
 
 
 def test_kernel_traces_under_x64(x64):

@@ -125,6 +125,14 @@ def test_mlp_with_pallas_matmul_matches_xla():
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks the CPU refusal")
+def test_native_matmul_on_cpu_is_refused_eagerly_and_under_jit():
+    x = jnp.ones((16, 16))
+    for call in (matmul, jax.jit(matmul, static_argnames=("interpret", "backend"))):
+        with pytest.raises(KernelConfigError, match="native tpu kernel cannot run on the cpu"):
+            call(x, x, interpret=False, backend="tpu")
+
+
 def test_mlp_rejects_unknown_matmul_impl():
     with pytest.raises(ValueError, match="unknown matmul_impl 'cutlass'"):
         MLP(4, 8, out_std=0.02, matmul_impl="cutlass", rngs=nnx.Rngs(0))
@@ -151,6 +159,7 @@ def test_auto_matmul_impl_follows_the_hardware_switch(monkeypatch):
     from jaxlab.nn import attention
     from jaxlab.nn.layers import default_matmul_impl
 
+    monkeypatch.delenv(attention.PALLAS_ENV, raising=False)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla"] * 3
     monkeypatch.setattr(attention, "PALLAS_VERIFIED_ON_HARDWARE", True)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla", "pallas", "pallas"]

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn import attention
 from jaxlab.nn.attention import (
     CHUNKED_MIN_SEQ_LEN,
+    PALLAS_ENV,
     AttentionImpl,
     alibi_slopes,
     default_impl,
@@ -103,6 +105,23 @@ def test_bad_shapes_are_config_errors():
         dot_product_attention(q[0], k, v, causal=True)
 
 
+def test_zero_kv_heads_is_a_config_error():
+    q, k, v = _qkv(3)
+    with pytest.raises(ConfigError, match="k and v need at least one head"):
+        dot_product_attention(q, k[:, :, :0], v[:, :, :0], causal=False)
+
+
+@pytest.mark.parametrize("impl", ["xla", "xla_chunked", "pallas"])
+def test_causal_with_more_queries_than_keys_is_refused_by_every_impl(impl):
+    """Queries sit at the end of the keys, so with T > S the first T - S see no key: one error
+    everywhere (the XLA paths used to return the mean of V there, Pallas raised)."""
+    q, k, v = _qkv(9)
+    with pytest.raises(ConfigError, match="causal attention needs at least as many keys"):
+        dot_product_attention(q, k[:, :6], v[:, :6], causal=True, impl=impl)
+    out = dot_product_attention(q[:, :6], k, v, causal=True, impl=impl)  # T < S stays allowed
+    assert out.shape == q[:, :6].shape
+
+
 @pytest.mark.parametrize("chunk", [5, 16])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("masks", ["none", "both"])
@@ -171,11 +190,42 @@ def test_chunked_grads_match_xla_over_many_chunks():
         ("cpu", CHUNKED_MIN_SEQ_LEN, AttentionImpl.XLA_CHUNKED),
     ],
 )
-def test_default_impl(platform, seq_len, expected):
+def test_default_impl(platform, seq_len, expected, monkeypatch):
+    monkeypatch.delenv(PALLAS_ENV, raising=False)
     assert default_impl(platform, seq_len) is expected
+
+
+@pytest.mark.parametrize("verified", [False, True], ids=["unverified", "verified"])
+@pytest.mark.parametrize("setting", ["on", "off", "auto", " ON ", ""])
+def test_pallas_env_switch(setting, verified, monkeypatch):
+    """JAXLAB_PALLAS flips both auto dispatches on GPU/TPU, at call time, and never on the CPU."""
+    from jaxlab.nn.layers import default_matmul_impl
+
+    monkeypatch.setattr(attention, "PALLAS_VERIFIED_ON_HARDWARE", verified)
+    monkeypatch.setenv(PALLAS_ENV, setting)
+    on = {"on": True, "off": False}.get(setting.strip().lower(), verified)
+    for platform in ("gpu", "tpu"):
+        want = AttentionImpl.PALLAS if on else AttentionImpl.XLA
+        assert default_impl(platform, 128) is want
+        assert default_matmul_impl(platform) == ("pallas" if on else "xla")
+    assert default_impl("cpu", 128) is AttentionImpl.XLA
+    assert default_impl("cpu", CHUNKED_MIN_SEQ_LEN) is AttentionImpl.XLA_CHUNKED
+    assert default_matmul_impl("cpu") == "xla"
+
+
+def test_bad_pallas_env_value_is_a_config_error(monkeypatch):
+    from jaxlab.nn.layers import default_matmul_impl
+
+    monkeypatch.setenv(PALLAS_ENV, "yes")
+    for call in (lambda: default_impl("gpu"), lambda: default_matmul_impl("cpu")):
+        with pytest.raises(ConfigError, match="JAXLAB_PALLAS='yes' must be auto, on or off") as err:
+            call()
+        assert "\n" not in str(err.value)
 
 
 def test_pallas_errors_become_config_errors():
     q, k, v = _qkv(9)
-    with pytest.raises(ConfigError, match="impl 'pallas': flash_attention: causal needs T <= S"):
-        dot_product_attention(q, k[:, :6], v[:, :6], causal=True, impl="pallas")
+    with pytest.raises(ConfigError, match="impl 'pallas': flash_attention: segment_ids"):
+        dot_product_attention(
+            q[:, :6], k, v, causal=True, segment_ids=jnp.zeros((2, 6), jnp.int32), impl="pallas"
+        )
