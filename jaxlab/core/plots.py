@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from jaxlab.core.scaling import PowerLawFit, predict
 
-__all__ = ["plot_curves", "plot_scaling"]
+__all__ = ["pairs_figure", "plot_curves", "plot_pairs", "plot_scaling"]
 
 _FIGSIZE = (6.0, 4.0)
 _DPI = 120
@@ -69,6 +69,71 @@ def plot_curves(
         ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
+
+
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def plot_pairs(
+    curves: Mapping[
+        tuple[str, str], tuple[ArrayLike, ArrayLike] | tuple[ArrayLike, ArrayLike, ArrayLike]
+    ],
+    path: str | os.PathLike,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+) -> pathlib.Path:
+    """Curves of matched models, paired visibly: one colour per group, one line style per variant.
+
+    Args:
+        curves: ``(group, variant)`` to ``(x, y)`` or ``(x, y, spread)``; e.g. group ``"D=128"``,
+            variant ``"transformer"`` / ``"rmt"``. A spread (the half-width of a band: a standard
+            deviation over seeds, say) is drawn as a shaded band around ``y``.
+        path: Where to write the PNG.
+        xlabel, ylabel, title, logx, logy: as in :func:`plot_curves`.
+
+    Returns:
+        The path written.
+    """
+    return _save(
+        pairs_figure(curves, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy), path
+    )
+
+
+def pairs_figure(
+    curves: Mapping[tuple[str, str], tuple[ArrayLike, ...]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+) -> Figure:
+    """The figure :func:`plot_pairs` saves (a notebook can display it as it is)."""
+    groups = list(dict.fromkeys(g for g, _ in curves))
+    variants = list(dict.fromkeys(v for _, v in curves))
+    fig = Figure(figsize=_FIGSIZE)
+    ax = fig.add_subplot()
+    for (group, variant), curve in curves.items():
+        color = f"C{groups.index(group) % 10}"
+        style = _LINESTYLES[variants.index(variant) % len(_LINESTYLES)]
+        x, y = np.asarray(curve[0], np.float64), np.asarray(curve[1], np.float64)
+        ax.plot(x, y, color=color, linestyle=style, label=f"{variant} {group}")
+        if len(curve) == 3:
+            spread = np.asarray(curve[2], np.float64)
+            ax.fill_between(x, y - spread, y + spread, color=color, alpha=0.15, linewidth=0)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if curves:
+        ax.legend(fontsize="small", ncols=max(1, len(variants)))
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
 
 
 def plot_scaling(

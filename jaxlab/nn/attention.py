@@ -35,6 +35,7 @@ import enum
 import functools
 import math
 import os
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -126,12 +127,30 @@ def default_impl(platform: str | None = None, seq_len: int | None = None) -> Att
     return AttentionImpl.XLA
 
 
-def alibi_slopes(num_heads: int) -> Float[Array, " H"]:
-    """ALiBi head slopes: the geometric sequence 2^(-8h/H), h = 1..H (Press et al. 2022, Sec. 3).
+def alibi_slopes(
+    num_heads: int, kind: Literal["press", "geometric"] = "press"
+) -> Float[Array, " H"]:
+    """ALiBi head slopes (Press et al. 2022, "Train Short, Test Long", Sec. 3).
 
-    For a head count that is not a power of two, the paper's recipe interleaves the slopes of the
-    next power of two; this follows it.
+    Both kinds give the geometric sequence ``2^(-8h/H)``, h = 1..H, when H is a power of two; they
+    differ for other head counts:
+
+    * ``"press"`` — the paper's recipe: the sequence of the largest power of two ``P <= H``, then
+      every other slope of the sequence for ``2P`` until there are H (the reference code's
+      interleaving);
+    * ``"geometric"`` — one geometric sequence from ``2^(-8/H)`` down to ``2^(-8)`` over the H
+      heads (``geomspace``), the choice of the RMT authors' code for both of their models
+      (github.com/bmac3/residual-matrix-transformer, ``make_attn_bias``).
+
+    Raises:
+      ConfigError: ``num_heads < 1`` or an unknown ``kind``.
     """
+    if num_heads < 1:
+        raise ConfigError(f"ALiBi needs at least one head, got {num_heads}")
+    if kind == "geometric":
+        return np.geomspace(2.0 ** (-8.0 / num_heads), 2.0**-8, num_heads).astype(np.float32)
+    if kind != "press":
+        raise ConfigError(f"unknown ALiBi slopes {kind!r}; choose 'press' or 'geometric'")
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

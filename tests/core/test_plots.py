@@ -3,7 +3,7 @@
 import matplotlib.image
 import numpy as np
 
-from jaxlab.core.plots import plot_curves, plot_scaling
+from jaxlab.core.plots import pairs_figure, plot_curves, plot_pairs, plot_scaling
 from jaxlab.core.scaling import fit_power_law
 
 
@@ -35,3 +35,22 @@ def test_plot_scaling(tmp_path):
     fits = {"ours": fit_power_law(*points["ours"])}
     _check_png(plot_scaling(points, fits, tmp_path / "scaling.png", xlabel="C", ylabel="L"))
     _check_png(plot_scaling(points, None, str(tmp_path / "nofit.png"), xlabel="C", ylabel="L"))
+
+
+def test_plot_pairs_colour_per_group_style_per_variant(tmp_path):
+    x = np.logspace(12, 14, 5)
+    curves = {
+        ("D=64", "transformer"): (x, 3 - 0.1 * np.log10(x), np.full(5, 0.02)),
+        ("D=64", "rmt"): (x, 2.9 - 0.1 * np.log10(x)),
+        ("D=128", "transformer"): (x, 2.8 - 0.1 * np.log10(x)),
+        ("D=128", "rmt"): (x, 2.7 - 0.1 * np.log10(x), np.full(5, 0.03)),
+    }
+    out = plot_pairs(curves, tmp_path / "pairs.png", xlabel="FLOPs", ylabel="loss", logx=True)
+    _check_png(out)
+    lines = {
+        line.get_label(): line for line in pairs_figure(curves, xlabel="", ylabel="").axes[0].lines
+    }
+    assert lines["rmt D=64"].get_color() == lines["transformer D=64"].get_color()
+    assert lines["rmt D=64"].get_color() != lines["rmt D=128"].get_color()
+    assert lines["rmt D=64"].get_linestyle() == lines["rmt D=128"].get_linestyle()
+    assert lines["rmt D=64"].get_linestyle() != lines["transformer D=64"].get_linestyle()
