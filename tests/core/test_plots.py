@@ -3,7 +3,7 @@
 import matplotlib.image
 import numpy as np
 
-from jaxlab.core.plots import plot_curves, plot_scaling
+from jaxlab.core.plots import plot_bars, plot_curves, plot_matrix, plot_panels, plot_scaling
 from jaxlab.core.scaling import fit_power_law
 
 
@@ -35,3 +35,15 @@ def test_plot_scaling(tmp_path):
     fits = {"ours": fit_power_law(*points["ours"])}
     _check_png(plot_scaling(points, fits, tmp_path / "scaling.png", xlabel="C", ylabel="L"))
     _check_png(plot_scaling(points, None, str(tmp_path / "nofit.png"), xlabel="C", ylabel="L"))
+
+
+def test_plot_panels_matrix_and_bars(tmp_path):
+    ds = [200, 500, 1000]
+    panels = {
+        "seconds": {"a": (ds, [0.1, 0.5, 2.0]), "b": (ds, [0.01, 0.02, 0.03])},
+        "TPR": {"a": (ds, [1.0, 1.0, 0.9]), "b": ([200], [1.0])},
+    }
+    _check_png(plot_panels(panels, tmp_path / "panels.png", xlabel="d", logx=True, title="t"))
+    pcor = np.array([[1.0, -0.4, 0.0], [-0.4, 1.0, 0.3], [0.0, 0.3, 1.0]])
+    _check_png(plot_matrix(pcor, tmp_path / "m.png", labels=("x", "y", "z"), vmin=-1, vmax=1))
+    _check_png(plot_bars({"set 1": {"a": 0.7, "b": 0.9}, "set 2": {"a": 1.2}}, tmp_path / "b.png"))
