@@ -2,18 +2,20 @@
 
 Command: ``python experiments/run.py --exp=nard_real`` (``--smoke``).
 
-Data (offline, :mod:`jaxlab.methods.nard.real_data`): scikit-learn's Linnerud (d = 3, m = 3,
-N = 20, leave-one-out) and a diabetes-based set (m = 6 serum measurements from 20 clinical features
-and their products plus 20 seeded noise distractors, d = 39, N = 442, 5-fold). For each method
-(four NARD variants at λ = 0.1, float64, and the three baselines) the experiment reports the
-held-out MSE on standardised outputs, then fits all the data to list the selected features (and
-how many are distractors) and the learned output network as partial correlations
+Data (offline, :mod:`jaxlab.data.nard_real`): scikit-learn's Linnerud (d = 3, m = 3, N = 20,
+leave-one-out) and a diabetes-based set (m = 6 serum measurements; inputs 5 clinical variables,
+their 14 squares and products and 20 seeded noise distractors, d = 39, N = 442, 5-fold). For each
+method (four NARD variants at λ = 0.1, float64, and the three baselines run to their own tolerances)
+the experiment reports the held-out MSE on standardised outputs and the fraction of the folds' fits
+that converged, then fits all the data to list the selected features (and how many are distractors),
+the iterations, whether that fit converged, its seconds to convergence and per iteration (NARD's
+include its statistics, exclude compilation), and the learned output network as partial correlations
 ``−Ω_ij / sqrt(Ω_ii Ω_jj)`` (``network_<data>.png``; MSEs in ``heldout_mse.png``).
+``summary.json``'s ``headline`` holds the MSEs and feature counts per dataset.
 
-Measured (default, 2-core CPU shared with other jobs, 56 s): diabetes held-out MSE nard 0.764 with
-3 features (no distractor) vs MultiTaskLassoCV 0.764 with 29 (13 distractors), two-stage 0.772 with
-35, per-output ARD 0.781 with 6; Linnerud (LOO) has no predictable signal (all methods MSE
-1.36-1.51). Full table in ``jaxlab/methods/nard/README.md``.
+Presets: ``default`` both datasets, all methods; ``smoke`` Linnerud, 3-fold, three methods.
+
+Measured results live in the run's ``summary.json`` and in ``jaxlab/methods/nard/README.md``.
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ import pathlib
 
 import jax
 import numpy as np
-from matplotlib.figure import Figure
 
 from jaxlab.core.config import check
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
+from jaxlab.core.plots import plot_bars, plot_matrix
+from jaxlab.data.nard_real import DATASETS, load
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
-from jaxlab.methods.nard.benchmark import _standardise, fit_any, heldout_mse
-from jaxlab.methods.nard.real_data import DATASETS, load
+from jaxlab.methods.nard.benchmark import fit_any, heldout_mse, standardise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,37 +50,32 @@ class Config:
         bad = [x for x in self.methods if x not in METHODS + BASELINES]
         check(not bad, f"unknown methods {bad}; choose from {METHODS + BASELINES}")
         check(
-            self.lam >= 0 and self.folds >= 2 and self.n_noise >= 0,
-            "need lam >= 0, folds >= 2, n_noise >= 0",
+            0 <= self.lam < float("inf") and self.folds >= 2 and self.n_noise >= 0,
+            "need a finite lam >= 0, folds >= 2, n_noise >= 0",
         )
+
+
+PRESETS = {
+    "default": lambda: Config(),
+    "smoke": lambda: Config(
+        datasets=("linnerud",),
+        methods=("nard", "surrogate", "mtlasso"),
+        folds=3,
+        linnerud_loo=False,
+    ),
+}
 
 
 def get_config(preset: str = "default") -> Config:
-    if preset == "default":
-        return Config()
-    if preset == "smoke":
-        return Config(
-            datasets=("linnerud",),
-            methods=("nard", "surrogate", "mtlasso"),
-            folds=3,
-            linnerud_loo=False,
-        )
-    raise ConfigError(f"unknown preset {preset!r}; use default or smoke")
+    return select_preset("nard_real", PRESETS, preset)
 
 
-def _network_figure(prec: np.ndarray, names: tuple[str, ...], title: str) -> Figure:
+def partial_correlations(prec: np.ndarray) -> np.ndarray:
+    """``−Ω_ij / sqrt(Ω_ii Ω_jj)`` off the diagonal, 1 on it."""
     d = np.sqrt(np.diag(prec))
     pcor = -prec / np.outer(d, d)
     np.fill_diagonal(pcor, 1.0)
-    fig = Figure(figsize=(4.6, 4))
-    ax = fig.add_subplot()
-    im = ax.imshow(pcor, cmap="RdBu_r", vmin=-1, vmax=1)
-    ax.set_xticks(range(len(names)), names, rotation=45)
-    ax.set_yticks(range(len(names)), names)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.tight_layout()
-    return fig
+    return pcor
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
@@ -89,43 +86,56 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             data = load(name, n_noise=cfg.n_noise)
             loo = name == "linnerud" and cfg.linnerud_loo
             folds = data.X.shape[1] if loo else cfg.folds
-            x_all, _ = _standardise(data.X, data.X)
-            y_all, _ = _standardise(data.Y, data.Y)
+            x_all, _ = standardise(data.X, data.X)
+            y_all, _ = standardise(data.Y, data.Y)
             res = {}
             for method in cfg.methods:
-                mse = heldout_mse(method, data.X, data.Y, cfg.lam, folds=folds)
-                _, sel, prec = fit_any(method, x_all, y_all, cfg.lam)
+                held = heldout_mse(method, data.X, data.Y, cfg.lam, folds=folds)
+                fitted = fit_any(method, x_all, y_all, cfg.lam)
+                sel = fitted.selected
                 feats = [f for f, s in zip(data.features, sel, strict=True) if s]
                 res[method] = {
-                    "heldout_mse": mse,
+                    "heldout_mse": held.mse,
+                    "folds_converged": held.converged,
                     "n_selected": len(feats),
                     "n_noise_selected": int(np.sum(sel & data.noise)),
                     "selected": feats,
+                    "converged": fitted.converged,
+                    "n_iter": fitted.n_iter,
+                    "seconds": fitted.seconds,
+                    "seconds_per_iter": fitted.seconds / max(fitted.n_iter, 1),
                 }
-                if prec is not None:
-                    res[method]["precision"] = np.round(prec, 4).tolist()
+                if fitted.precision is not None:
+                    res[method]["precision"] = np.round(fitted.precision, 4).tolist()
                 if method == "nard":
-                    _network_figure(
-                        prec, data.outputs, f"NARD output network ({name}): partial correlations"
-                    ).savefig(workdir / f"network_{name}.png", dpi=120)
-                writer.write(
-                    step,
-                    {
-                        "dataset": name,
-                        "method": method,
-                        "heldout_mse": mse,
-                        "n_selected": len(feats),
-                    },
-                )
+                    plot_matrix(
+                        partial_correlations(fitted.precision),
+                        workdir / f"network_{name}.png",
+                        labels=data.outputs,
+                        title=f"NARD output network ({name}): partial correlations",
+                        vmin=-1,
+                        vmax=1,
+                    )
+                row = {k: v for k, v in res[method].items() if k not in ("selected", "precision")}
+                writer.write(step, {"dataset": name, "method": method, **row})
                 step += 1
-                print(f"{name:9s} {method:21s} mse={mse:.4f} selected={len(feats)}", flush=True)
+                print(
+                    f"{name:9s} {method:21s} mse={held.mse:.4f} selected={len(feats)} "
+                    f"converged={fitted.converged} (folds {held.converged:.2f}) "
+                    f"s={fitted.seconds:.4f}",
+                    flush=True,
+                )
             summary[name] = res
-    fig = Figure(figsize=(7, 3.4))
-    for k, name in enumerate(summary):
-        ax = fig.add_subplot(1, len(summary), k + 1)
-        ax.barh(list(summary[name]), [v["heldout_mse"] for v in summary[name].values()])
-        ax.set_title(f"{name}: held-out MSE", fontsize=9)
-        ax.tick_params(labelsize=7)
-    fig.tight_layout()
-    fig.savefig(workdir / "heldout_mse.png", dpi=120)
-    return summary
+    plot_bars(
+        {
+            f"{name}: held-out MSE": {m: v["heldout_mse"] for m, v in r.items()}
+            for name, r in summary.items()
+        },
+        workdir / "heldout_mse.png",
+    )
+    keys = ("heldout_mse", "n_selected", "n_noise_selected", "converged", "folds_converged")
+    headline = {
+        name: {key: {m: v[key] for m, v in r.items()} for key in keys}
+        for name, r in summary.items()
+    }
+    return {"headline": headline, **summary}

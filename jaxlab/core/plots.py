@@ -18,7 +18,18 @@ from numpy.typing import ArrayLike
 
 from jaxlab.core.scaling import PowerLawFit, predict
 
-__all__ = ["pairs_figure", "plot_curves", "plot_pairs", "plot_scaling"]
+__all__ = [
+    "bars_figure",
+    "matrix_figure",
+    "pairs_figure",
+    "panels_figure",
+    "plot_bars",
+    "plot_curves",
+    "plot_matrix",
+    "plot_pairs",
+    "plot_panels",
+    "plot_scaling",
+]
 
 _FIGSIZE = (6.0, 4.0)
 _DPI = 120
@@ -183,3 +194,142 @@ def plot_scaling(
         ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
+
+
+def plot_panels(
+    panels: Mapping[str, Mapping[str, tuple[ArrayLike, ArrayLike]]],
+    path: str | os.PathLike,
+    *,
+    xlabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+) -> pathlib.Path:
+    """A row of panels over one x quantity, each with named curves (points marked), saved as PNG.
+
+    Args:
+        panels: Panel y label to its curves, each ``name -> (x, y)``; e.g.
+            ``{"TPR": {"nard": (ds, tpr)}, "FPR": {"nard": (ds, fpr)}}``. A name keeps its colour
+            in every panel, and single points stay visible (markers).
+        path: Where to write the PNG.
+        xlabel: Label of every x axis.
+        title: Optional title above the row.
+        logx: Log-scale the x axes.
+        logy: Log-scale the y axes.
+
+    Returns:
+        The path written.
+    """
+    fig = panels_figure(panels, xlabel=xlabel, title=title, logx=logx, logy=logy)
+    return _save(fig, path)
+
+
+def panels_figure(
+    panels: Mapping[str, Mapping[str, tuple[ArrayLike, ArrayLike]]],
+    *,
+    xlabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+) -> Figure:
+    """The figure :func:`plot_panels` saves (a notebook can display it as it is)."""
+    names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
+    fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.75, _FIGSIZE[1]))
+    for k, (ylabel, curves) in enumerate(panels.items()):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        for name, (x, y) in curves.items():
+            color = f"C{names.index(name) % 10}"
+            ax.plot(np.asarray(x), np.asarray(y), "o-", color=color, label=name)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+        if logx:
+            ax.set_xscale("log")
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        if curves:
+            ax.legend(fontsize="x-small")
+    if title:
+        fig.suptitle(title, fontsize="small")
+    return fig
+
+
+def plot_matrix(
+    matrix: ArrayLike,
+    path: str | os.PathLike,
+    *,
+    labels: tuple[str, ...] | None = None,
+    title: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "RdBu_r",
+) -> pathlib.Path:
+    """A matrix as a heat map with a colour bar (e.g. partial correlations), saved as PNG.
+
+    Args:
+        matrix: The values (n×n, or any 2-D shape).
+        path: Where to write the PNG.
+        labels: Optional names of the rows and columns (square matrices).
+        title: Optional title.
+        vmin: Lower end of the colour scale (default: the data's).
+        vmax: Upper end of the colour scale (default: the data's).
+        cmap: A matplotlib colour map (a diverging one for signed values).
+
+    Returns:
+        The path written.
+    """
+    fig = matrix_figure(matrix, labels=labels, title=title, vmin=vmin, vmax=vmax, cmap=cmap)
+    return _save(fig, path)
+
+
+def matrix_figure(
+    matrix: ArrayLike,
+    *,
+    labels: tuple[str, ...] | None = None,
+    title: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "RdBu_r",
+) -> Figure:
+    """The figure :func:`plot_matrix` saves (a notebook can display it as it is)."""
+    fig = Figure(figsize=(_FIGSIZE[1] * 1.15, _FIGSIZE[1]))
+    ax = fig.add_subplot()
+    im = ax.imshow(np.asarray(matrix), cmap=cmap, vmin=vmin, vmax=vmax)
+    if labels is not None:
+        ax.set_xticks(range(len(labels)), labels, rotation=45, fontsize="small")
+        ax.set_yticks(range(len(labels)), labels, fontsize="small")
+    ax.set_title(title, fontsize="small")
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    return fig
+
+
+def plot_bars(
+    panels: Mapping[str, Mapping[str, float]],
+    path: str | os.PathLike,
+    *,
+    title: str = "",
+) -> pathlib.Path:
+    """Horizontal bar charts side by side, one per panel (e.g. a score per method per dataset).
+
+    Args:
+        panels: Panel title to ``name -> value``.
+        path: Where to write the PNG.
+        title: Optional title above the panels.
+
+    Returns:
+        The path written.
+    """
+    return _save(bars_figure(panels, title=title), path)
+
+
+def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -> Figure:
+    """The figure :func:`plot_bars` saves (a notebook can display it as it is)."""
+    fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.6, _FIGSIZE[1] * 0.85))
+    for k, (name, bars) in enumerate(panels.items()):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        ax.barh(list(bars), [float(v) for v in bars.values()])
+        ax.set_title(name, fontsize="small")
+        ax.tick_params(labelsize="x-small")
+        ax.grid(True, axis="x", alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize="small")
+    return fig

@@ -3,7 +3,15 @@
 import matplotlib.image
 import numpy as np
 
-from jaxlab.core.plots import pairs_figure, plot_curves, plot_pairs, plot_scaling
+from jaxlab.core.plots import (
+    pairs_figure,
+    plot_bars,
+    plot_curves,
+    plot_matrix,
+    plot_pairs,
+    plot_panels,
+    plot_scaling,
+)
 from jaxlab.core.scaling import fit_power_law
 
 
@@ -54,3 +62,15 @@ def test_plot_pairs_colour_per_group_style_per_variant(tmp_path):
     assert lines["rmt D=64"].get_color() != lines["rmt D=128"].get_color()
     assert lines["rmt D=64"].get_linestyle() == lines["rmt D=128"].get_linestyle()
     assert lines["rmt D=64"].get_linestyle() != lines["transformer D=64"].get_linestyle()
+
+
+def test_plot_panels_matrix_and_bars(tmp_path):
+    ds = [200, 500, 1000]
+    panels = {
+        "seconds": {"a": (ds, [0.1, 0.5, 2.0]), "b": (ds, [0.01, 0.02, 0.03])},
+        "TPR": {"a": (ds, [1.0, 1.0, 0.9]), "b": ([200], [1.0])},
+    }
+    _check_png(plot_panels(panels, tmp_path / "panels.png", xlabel="d", logx=True, title="t"))
+    pcor = np.array([[1.0, -0.4, 0.0], [-0.4, 1.0, 0.3], [0.0, 0.3, 1.0]])
+    _check_png(plot_matrix(pcor, tmp_path / "m.png", labels=("x", "y", "z"), vmin=-1, vmax=1))
+    _check_png(plot_bars({"set 1": {"a": 0.7, "b": 0.9}, "set 2": {"a": 1.2}}, tmp_path / "b.png"))

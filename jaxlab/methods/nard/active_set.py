@@ -50,11 +50,16 @@ def gather(active: ActiveSet, d: int) -> tuple[Int[Array, " P"], Float[Array, " 
     return jnp.where(valid, active.slots, 0), valid.astype(active.gamma.dtype)
 
 
-def gather_blocks(active: ActiveSet, gram: Float[Array, "d d"], cross: Float[Array, "m d"]):
+def gather_blocks(active: ActiveSet, rows: Float[Array, "P d"], cross: Float[Array, "m d"]):
     """Slot indices, slot mask, the Gram block ``G_AA`` (P×P) and the cross block ``P_A`` (m×P) of
-    the active features, zero on empty slots."""
-    idx, vf = gather(active, gram.shape[0])
-    g_aa = gram[idx][:, idx] * vf[:, None] * vf[None, :]
+    the active features, zero on empty slots.
+
+    ``rows`` holds the Gram rows ``G_{A,:} = X_A Xᵀ`` of the slots (any values on empty slots):
+    ``sequential`` slices them from the d×d Gram matrix, ``sequential_surrogate`` keeps them in its
+    state and never forms that matrix.
+    """
+    idx, vf = gather(active, cross.shape[1])
+    g_aa = rows[:, idx] * vf[:, None] * vf[None, :]
     return idx, vf, g_aa, cross[:, idx] * vf[None, :]
 
 

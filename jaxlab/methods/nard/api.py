@@ -1,37 +1,32 @@
 """``fit``: the user-facing entry point of Network ARD, with input checks, timing and selection.
 
-``fit(X, Y, method=...)`` validates the data (user mistakes raise
-:class:`~jaxlab.core.errors.ConfigError` with a one-line fix), computes the sufficient statistics,
-compiles the chosen solver once per (method, options, shapes) — cached, so repeated fits of the same
-size do not recompile — runs it, and times the run alone so that ``seconds_per_iter`` excludes both
-compilation and the one-off ``XXᵀ``. Arrays follow the paper: X is d×N, Y is m×N (columns are
-samples). Nothing is centred or scaled here: centre Y and X (no intercept in the model) and scale X
-to unit variance before calling, as the experiments do. ``lam="cv"`` picks λ by K-fold
-cross-validation (:mod:`~jaxlab.methods.nard.cv`).
+``fit(X, Y, method=...)`` validates the data and options (user mistakes raise
+:class:`~jaxlab.core.errors.ConfigError` with a one-line fix), then
+:func:`~jaxlab.methods.nard.solve.run_solver` computes the method's statistics and runs its solver,
+both compiled once per (method, options, shapes) and timed without compilation: ``seconds`` is the
+total time to convergence including the statistics (the d×d Gram matrix for the exact methods),
+``seconds_per_iter`` is that total over the iterations. Arrays follow the paper: X is d×N, Y is
+m×N (columns are samples). Nothing is centred or scaled here: centre Y and X (no intercept in the
+model) and scale X to unit variance before calling, as the experiments do. ``lam="cv"`` picks λ by
+K-fold cross-validation (:mod:`~jaxlab.methods.nard.cv`).
 """
 
 from __future__ import annotations
 
 import difflib
-import time
+import math
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.nard.model import suff_stats
-from jaxlab.methods.nard.nard import solve_nard
-from jaxlab.methods.nard.output import SolverOutput
-from jaxlab.methods.nard.sequential import solve_sequential
-from jaxlab.methods.nard.sequential_surrogate import solve_sequential_surrogate
-from jaxlab.methods.nard.surrogate import solve_surrogate
+from jaxlab.methods.nard.cv import check_lam, select_lam
+from jaxlab.methods.nard.solve import METHODS, run_solver
 
 __all__ = ["METHODS", "NARDResult", "fit", "run_solver", "validate"]
 
-METHODS = ("nard", "sequential", "surrogate", "sequential_surrogate")
 DEFAULT_MAX_ITER = {
     "nard": 500,
     "surrogate": 1000,
@@ -55,8 +50,13 @@ class NARDResult(NamedTuple):
         log marginal likelihood for ``nard``/``sequential``, its surrogate lower bound for the
         surrogate methods.
       n_iter: iterations run.
-      seconds_per_iter: wall time of the solver loop divided by ``n_iter`` (no compilation).
-      converged: whether the relative objective change fell below ``tol`` within ``max_iter``.
+      converged: whether the relative objective change fell below ``tol`` within ``max_iter`` at a
+        finite objective (a non-finite objective stops the solver and is never converged).
+      seconds: total wall time to convergence: the statistics plus the solver loop (no
+        compilation).
+      seconds_per_iter: ``seconds / n_iter`` (the statistics included, spread over the iterations).
+      stats_seconds: the part of ``seconds`` spent on the statistics (the d×d Gram matrix for
+        ``nard`` and ``sequential``; ``YXᵀ``, ``YYᵀ`` and ρ for the surrogate methods).
     """
 
     coef: Float[Array, "m d"]
@@ -65,8 +65,10 @@ class NARDResult(NamedTuple):
     selected: Bool[Array, " d"]
     objective: Float[Array, " T"]
     n_iter: int
-    seconds_per_iter: float
     converged: bool
+    seconds: float
+    seconds_per_iter: float
+    stats_seconds: float
 
 
 def validate(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
@@ -74,7 +76,8 @@ def validate(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
 
     Raises:
       ConfigError: on non-2-D input, zero features/outputs, fewer than 2 samples, mismatched sample
-        counts, non-finite values, or an output that is identically zero.
+        counts, non-finite values, or a feature or output row that is identically zero (a zero
+        feature carries no information, and its γ₀ and the surrogate bound are infinite).
     """
     X, Y = np.asarray(X), np.asarray(Y)
     if X.ndim != 2 or Y.ndim != 2:
@@ -95,62 +98,16 @@ def validate(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
     for name, a in (("X", X), ("Y", Y)):
         if not np.all(np.isfinite(a)):
             raise ConfigError(f"{name} contains NaN or inf; drop or impute those samples first")
-    if np.any(np.sum(Y.astype(np.float64) ** 2, axis=1) == 0):
-        raise ConfigError("an output row of Y is identically zero; remove it")
+    for name, a, what in (("X", X, "feature"), ("Y", Y, "output")):
+        zero = np.flatnonzero(np.sum(a.astype(np.float64) ** 2, axis=1) == 0)
+        if zero.size:
+            rows = ", ".join(map(str, zero[:10])) + (", ..." if zero.size > 10 else "")
+            raise ConfigError(
+                f"{what} rows {rows} of {name} are identically zero ({zero.size} of "
+                f"{a.shape[0]}); remove them"
+            )
     dtype = jnp.result_type(float)  # float64 under jax_enable_x64, else float32
     return jnp.asarray(X, dtype), jnp.asarray(Y, dtype)
-
-
-_COMPILED: dict = {}
-
-
-def run_solver(
-    method: str,
-    X: Array,
-    Y: Array,
-    lam: float,
-    *,
-    max_iter: int,
-    tol: float,
-    alpha_update: str = "mackay",
-    max_active: int = 100,
-) -> tuple[SolverOutput, float]:
-    """Runs one solver on validated arrays; returns its output and the loop's wall time."""
-    stats = jax.jit(suff_stats)(X, Y)
-    lam = jnp.asarray(lam, X.dtype)
-    # γ₀ = N / (d ‖x_i‖²): the prior explains about one noise variance in total. Starting with every
-    # feature at unit prior variance instead lets d > N features explain Y exactly at first, and
-    # the ascent then needs ~5x more iterations (d = 400, N = 200) to prune them again.
-    d = X.shape[0]
-    gamma0 = stats.n / (d * jnp.maximum(jnp.diagonal(stats.gram), jnp.finfo(X.dtype).tiny))
-    opts = {"max_iter": max_iter, "tol": tol}
-    if method == "surrogate":  # the only solver that reads X and Y themselves (O(mdN) steps)
-
-        def solve(stats, lam, gamma0, X, Y):
-            return solve_surrogate(X, Y, stats, lam, gamma0, **opts)
-
-        args, static = (stats, lam, gamma0, X, Y), (max_iter, tol)
-    elif method == "nard":
-
-        def solve(stats, lam, gamma0):
-            return solve_nard(stats, lam, gamma0, rule=alpha_update, **opts)
-
-        args, static = (stats, lam, gamma0), (max_iter, tol, alpha_update)
-    else:
-        solver = solve_sequential if method == "sequential" else solve_sequential_surrogate
-
-        def solve(stats, lam):
-            return solver(stats, lam, max_active=max_active, **opts)
-
-        args, static = (stats, lam), (max_iter, tol, max_active)
-    # The statistics do not depend on N, so only the surrogate recompiles for a new sample count.
-    key = (method, static, tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(args)))
-    if key not in _COMPILED:
-        _COMPILED[key] = jax.jit(solve).lower(*args).compile()
-    jax.block_until_ready(args)
-    start = time.perf_counter()
-    out = jax.block_until_ready(_COMPILED[key](*args))
-    return out, time.perf_counter() - start
 
 
 def fit(
@@ -189,7 +146,8 @@ def fit(
       A :class:`NARDResult`.
 
     Raises:
-      ConfigError: bad data (see :func:`validate`) or options.
+      ConfigError: bad data (see :func:`validate`) or options (an unknown method, λ that is not a
+        finite number >= 0 or "cv", a non-positive or non-finite tol or threshold, ...).
     """
     Xj, Yj = validate(X, Y)
     if method not in METHODS:
@@ -200,24 +158,21 @@ def fit(
         raise ConfigError(f"alpha_update must be 'mackay' or 'em', got {alpha_update!r}")
     if max_iter is None:
         max_iter = DEFAULT_MAX_ITER[method]
-    if max_iter < 1 or not tol > 0 or not threshold > 0:
-        raise ConfigError(
-            f"need max_iter >= 1, tol > 0, threshold > 0; got {max_iter}, {tol}, {threshold}"
-        )
     d, n = Xj.shape
     max_active = min(d, n, 100) if max_active is None else max_active
-    if max_active < 1:
-        raise ConfigError(f"max_active must be >= 1, got {max_active}")
+    for name, value in (("max_iter", max_iter), ("max_active", max_active)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    for name, value in (("tol", tol), ("threshold", threshold)):
+        if not _positive(value):
+            raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
     opts = dict(max_iter=max_iter, tol=tol, alpha_update=alpha_update, max_active=max_active)
-    if isinstance(lam, str):
-        if lam != "cv":
-            raise ConfigError(f"lam must be a number >= 0 or 'cv', got {lam!r}")
-        from jaxlab.methods.nard.cv import select_lam
-
+    if isinstance(lam, str) and lam == "cv":
         lam = select_lam(Xj, Yj, method, lams=lams, folds=cv_folds, seed=seed, **opts).best
-    if not float(lam) >= 0:
-        raise ConfigError(f"lam must be >= 0, got {lam}")
-    out, seconds = run_solver(method, Xj, Yj, float(lam), **opts)
+    elif isinstance(lam, str):
+        raise ConfigError(f"lam must be a finite number >= 0 or 'cv', got {lam!r}")
+    run = run_solver(method, Xj, Yj, check_lam(lam), **opts)
+    out = run.output
     n_iter = int(out.n_iter)
     gamma = out.gamma
     norms = jnp.sum(Xj * Xj, axis=1)
@@ -228,6 +183,19 @@ def fit(
         selected=gamma * norms >= threshold,
         objective=out.objective[: n_iter + 1],
         n_iter=n_iter,
-        seconds_per_iter=seconds / max(n_iter, 1),
         converged=bool(out.converged),
+        seconds=run.seconds,
+        seconds_per_iter=run.seconds / max(n_iter, 1),
+        stats_seconds=run.stats_seconds,
     )
+
+
+def _positive(value: object) -> bool:
+    """A finite real number > 0 (not a bool or a string)."""
+    if isinstance(value, (str, bool)):
+        return False
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(value) and value > 0

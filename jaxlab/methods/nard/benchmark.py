@@ -4,13 +4,16 @@
 :data:`~jaxlab.methods.nard.baselines.BASELINES`) on a
 :class:`~jaxlab.data.nard_synthetic.NardProblem` and returns a flat dict of JSON-ready numbers:
 TPR, FPR, Ω's relative and edge errors (NaN where the method has no output network), coefficient
-RMSE, wall seconds, iterations and seconds per iteration.
-NARD's seconds exclude compilation (see :func:`~jaxlab.methods.nard.api.fit`).
+RMSE, ``seconds`` (total time to convergence), ``n_iter``, ``seconds_per_iter``
+(``seconds / n_iter``), ``stats_seconds`` (NARD's statistics; NaN for the baselines) and
+``converged`` (1 or 0). NARD's seconds include its statistics and exclude compilation (see
+:func:`~jaxlab.methods.nard.api.fit`); ``wall_seconds`` is the whole call, compilation included.
 """
 
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,24 +22,27 @@ from jaxlab.methods.nard.api import METHODS, fit
 from jaxlab.methods.nard.baselines import run_baseline
 from jaxlab.methods.nard.scores import network_errors, support_rates
 
-__all__ = ["fit_any", "heldout_mse", "score_fit"]
+__all__ = ["Fitted", "HeldOut", "fit_any", "heldout_mse", "score_fit", "standardise"]
 
 
-def score_fit(name: str, problem: NardProblem, lam: float, **fit_kwargs) -> dict[str, float]:
-    """Fits method or baseline ``name`` on ``problem`` and scores it against the truth."""
+def score_fit(name: str, problem: NardProblem, lam: float, **kwargs) -> dict[str, float]:
+    """Fits method or baseline ``name`` on ``problem`` and scores it against the truth.
+
+    ``kwargs`` go to :func:`~jaxlab.methods.nard.api.fit` for a NARD method and to
+    :func:`~jaxlab.methods.nard.baselines.run_baseline` for a baseline.
+    """
     if name in METHODS:
         start = time.perf_counter()
-        res = fit(problem.X, problem.Y, method=name, lam=lam, **fit_kwargs)
+        res = fit(problem.X, problem.Y, method=name, lam=lam, **kwargs)
         wall = time.perf_counter() - start  # includes compilation on the first call of a shape
         coef, selected, prec = map(np.asarray, (res.coef, res.selected, res.precision))
-        n_iter, per_iter = res.n_iter, res.seconds_per_iter
-        seconds = per_iter * max(n_iter, 1)
-        extra = {"converged": float(res.converged), "wall_seconds": wall}
+        n_iter, seconds, converged = res.n_iter, res.seconds, res.converged
+        extra = {"stats_seconds": res.stats_seconds, "wall_seconds": wall}
     else:
-        out = run_baseline(name, problem.X, problem.Y, lam)
+        out = run_baseline(name, problem.X, problem.Y, lam, **kwargs)
         coef, selected, prec = out.coef, out.selected, out.precision
-        n_iter, seconds, per_iter = out.n_iter, out.seconds, out.seconds / out.n_iter
-        extra = {"converged": float("nan"), "wall_seconds": seconds}
+        n_iter, seconds, converged = out.n_iter, out.seconds, out.converged
+        extra = {"stats_seconds": float("nan"), "wall_seconds": seconds}
     tpr, fpr = support_rates(selected, problem.support)
     frob, edge = network_errors(prec, problem.precision) if prec is not None else (np.nan,) * 2
     rmse = float(np.sqrt(np.mean((coef - problem.coef) ** 2)))
@@ -48,37 +54,60 @@ def score_fit(name: str, problem: NardProblem, lam: float, **fit_kwargs) -> dict
         "coef_rmse": rmse,
         "seconds": seconds,
         "n_iter": n_iter,
-        "seconds_per_iter": per_iter,
+        "seconds_per_iter": seconds / max(n_iter, 1),
+        "converged": float(converged),
         **extra,
     }
 
 
-def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Centres and scales the rows of ``train`` and ``test`` with ``train``'s mean and standard
+    deviation (rows that are constant in ``train`` are only centred)."""
     mu, sd = train.mean(1, keepdims=True), train.std(1, keepdims=True)
     sd = np.where(sd > 0, sd, 1.0)
     return (train - mu) / sd, (test - mu) / sd
 
 
-def fit_any(name: str, X: np.ndarray, Y: np.ndarray, lam: float, **kw):
-    """(coef, selected, precision or None) of method or baseline ``name`` on (X, Y)."""
+class Fitted(NamedTuple):
+    """A fit of a NARD method or a baseline, reduced to what the real-data experiment reports."""
+
+    coef: np.ndarray
+    selected: np.ndarray
+    precision: np.ndarray | None
+    converged: bool
+    n_iter: int
+    seconds: float
+
+
+def fit_any(name: str, X: np.ndarray, Y: np.ndarray, lam: float, **kw) -> Fitted:
+    """Fits method or baseline ``name`` on (X, Y) (``kw`` as in :func:`score_fit`)."""
     if name in METHODS:
         res = fit(X, Y, method=name, lam=lam, **kw)
-        return np.asarray(res.coef), np.asarray(res.selected), np.asarray(res.precision)
+        arrays = map(np.asarray, (res.coef, res.selected, res.precision))
+        return Fitted(*arrays, res.converged, res.n_iter, res.seconds)
     out = run_baseline(name, X, Y, lam, **kw)
-    return out.coef, out.selected, out.precision
+    return Fitted(out.coef, out.selected, out.precision, out.converged, out.n_iter, out.seconds)
+
+
+class HeldOut(NamedTuple):
+    """Mean held-out MSE over the folds and the fraction of the folds' fits that converged."""
+
+    mse: float
+    converged: float
 
 
 def heldout_mse(
     name: str, X: np.ndarray, Y: np.ndarray, lam: float, *, folds: int = 5, seed: int = 0, **kw
-) -> float:
+) -> HeldOut:
     """Mean squared error on held-out folds, on outputs standardised with training statistics."""
     n = X.shape[1]
     parts = np.array_split(np.random.default_rng(seed).permutation(n), folds)
-    errs = []
+    errs, converged = [], []
     for test in parts:
         train = np.setdiff1d(np.arange(n), test)
-        x_tr, x_te = _standardise(X[:, train], X[:, test])
-        y_tr, y_te = _standardise(Y[:, train], Y[:, test])
-        coef, _, _ = fit_any(name, x_tr, y_tr, lam, **kw)
-        errs.append(np.mean((y_te - coef @ x_te) ** 2))
-    return float(np.mean(errs))
+        x_tr, x_te = standardise(X[:, train], X[:, test])
+        y_tr, y_te = standardise(Y[:, train], Y[:, test])
+        res = fit_any(name, x_tr, y_tr, lam, **kw)
+        errs.append(np.mean((y_te - res.coef @ x_te) ** 2))
+        converged.append(res.converged)
+    return HeldOut(float(np.mean(errs)), float(np.mean(converged)))

@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.errors import ConfigError, RunError
+from jaxlab.methods.nard.solve import run_solver
 
-__all__ = ["LAMS", "CVResult", "heldout_loglik", "select_lam"]
+__all__ = ["LAMS", "CVResult", "check_lam", "heldout_loglik", "select_lam"]
 
 LAMS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
 
@@ -30,6 +31,20 @@ class CVResult(NamedTuple):
     best: float
     lams: tuple[float, ...]
     scores: tuple[float, ...]
+
+
+def check_lam(lam: object, name: str = "lam") -> float:
+    """``lam`` as a float, or a one-line :class:`ConfigError` unless it is a finite number >= 0."""
+    bad = ConfigError(f"{name} must be a finite number >= 0, got {lam!r}")
+    if isinstance(lam, (str, bool)):
+        raise bad
+    try:
+        value = float(lam)
+    except (TypeError, ValueError):
+        raise bad from None
+    if not (math.isfinite(value) and value >= 0):
+        raise bad
+    return value
 
 
 def heldout_loglik(
@@ -57,24 +72,26 @@ def select_lam(
     **opts,
 ) -> CVResult:
     """Chooses λ by ``folds``-fold cross-validation (``opts`` are passed to the solver)."""
-    from jaxlab.methods.nard.api import run_solver
-
     n = X.shape[1]
     if not 2 <= folds <= n:
         raise ConfigError(f"cv_folds must lie in [2, N={n}], got {folds}")
     if lams is None:
         scale = float(jnp.mean(jnp.sum(Y * Y, axis=1))) / n
         lams = tuple(scale * v for v in LAMS)
-    if len(lams) == 0 or min(lams) < 0:
-        raise ConfigError("lams must be a non-empty list of values >= 0")
+    if isinstance(lams, str) or not hasattr(lams, "__len__") or len(lams) == 0:
+        raise ConfigError(f"lams must be a non-empty list of finite values >= 0, got {lams!r}")
+    lams = tuple(check_lam(v, "every value of lams") for v in lams)
     parts = np.array_split(np.random.default_rng(seed).permutation(n), folds)
     scores = []
     for lam in lams:
         total = 0.0
         for test in parts:
             train = np.setdiff1d(np.arange(n), test)
-            out, _ = run_solver(method, X[:, train], Y[:, train], float(lam), **opts)
+            out = run_solver(method, X[:, train], Y[:, train], float(lam), **opts).output
             total += heldout_loglik(out.coef, out.precision, X[:, test], Y[:, test])
         scores.append(total / folds)
-    best = float(lams[int(np.argmax(scores))])
-    return CVResult(best, tuple(float(v) for v in lams), tuple(scores))
+    if not np.any(np.isfinite(scores)):
+        raise RunError(f"every candidate λ gave a non-finite held-out score: {scores}")
+    # A candidate whose fits broke down (NaN score) is never chosen.
+    best = lams[int(np.nanargmax(np.where(np.isfinite(scores), scores, np.nan)))]
+    return CVResult(best, lams, tuple(scores))

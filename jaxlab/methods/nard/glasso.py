@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
@@ -147,6 +146,3 @@ def graphical_lasso(
     prec = prec.at[jnp.diag_indices(m)].set(theta_jj)
     prec = 0.5 * (prec + prec.T)
     return GlassoResult(prec, w, it, delta <= tol * scale)
-
-
-graphical_lasso_jit = jax.jit(graphical_lasso, static_argnames=("max_iter", "lasso_iter"))

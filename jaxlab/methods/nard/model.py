@@ -31,37 +31,47 @@ __all__ = [
     "objective",
     "penalised_gaussian",
     "posterior",
+    "initial_gamma",
     "residual_cov",
     "suff_stats",
 ]
 
 
 class Stats(NamedTuple):
-    """Sufficient statistics of (X, Y): everything the solvers read from the data.
+    """Sufficient statistics of (X, Y) for the exact methods (``nard``, ``sequential``).
+
+    The surrogate methods read :class:`~jaxlab.methods.nard.bound.SurrogateStats` instead, which
+    has no d×d matrix.
 
     Attributes:
       gram: ``G = XXᵀ`` (d×d).
       cross: ``P = YXᵀ`` (m×d).
       yy: ``YYᵀ`` (m×m).
       n: the number of samples N (a float scalar).
-      rho: ``λ_max(XXᵀ)``, the Lipschitz constant the surrogate methods majorise with.
     """
 
     gram: Float[Array, "d d"]
     cross: Float[Array, "m d"]
     yy: Float[Array, "m m"]
     n: Float[Array, ""]
-    rho: Float[Array, ""]
 
 
 def suff_stats(X: Float[Array, "d N"], Y: Float[Array, "m N"]) -> Stats:
-    """Computes :class:`Stats`; ``ρ`` from the smaller of the two Gram matrices (same spectrum)."""
+    """Computes :class:`Stats` (O(d²N + mdN + m²N))."""
+    return Stats(X @ X.T, Y @ X.T, Y @ Y.T, jnp.asarray(X.shape[1], X.dtype))
+
+
+def initial_gamma(X: Float[Array, "d N"]) -> Float[Array, " d"]:
+    """``γ₀ = N / (d ‖x_i‖²)``: the prior explains about one noise variance in total.
+
+    Starting every feature at unit prior variance instead lets d > N features explain Y exactly at
+    first, and the ascent then needs many more iterations to prune them again. Zero feature rows
+    are rejected before a solver runs (:func:`~jaxlab.methods.nard.api.validate`); the floor only
+    keeps the division finite.
+    """
     d, n = X.shape
-    small = X @ X.T if d <= n else X.T @ X
-    # eigvalsh of the min(d, N)-sized Gram is exact, unlike a power iteration that may
-    # underestimate λ_max and break the majoriser; 1e-6 relative slack covers round-off.
-    rho = jnp.linalg.eigvalsh(small)[-1] * (1 + 1e-6)
-    return Stats(X @ X.T, Y @ X.T, Y @ Y.T, jnp.asarray(n, X.dtype), rho)
+    norms = jnp.sum(X * X, axis=1)
+    return n / (d * jnp.maximum(norms, jnp.finfo(X.dtype).tiny))
 
 
 class Posterior(NamedTuple):
@@ -87,7 +97,9 @@ def posterior(
 ) -> Posterior:
     """Posterior of W for prior variances ``γ = 1/α`` (γ_i = 0 prunes feature i exactly).
 
-    Uses one Cholesky of ``B = I + Γ^{1/2} G Γ^{1/2}`` (well conditioned for any γ ≥ 0).
+    The one place the posterior is factorised: ``nard`` passes all d features, ``sequential`` the
+    P slots of its active set (``G_AA``, ``P_A``; empty slots carry γ = 0). Uses one Cholesky of
+    ``B = I + Γ^{1/2} G Γ^{1/2}`` (well conditioned for any γ ≥ 0).
     ``1 − α_i Σ_ii = 1 − (B⁻¹)_ii = (B⁻¹ (B − I))_ii`` is summed directly, which stays accurate
     when ``γ_i G_ii`` is below float precision (where ``1 − (B⁻¹)_ii`` would cancel to 0).
     """
@@ -109,7 +121,10 @@ def posterior(
 def residual_cov(
     sigma: Float[Array, "d d"], cross: Float[Array, "m d"], yy: Float[Array, "m m"], n: Array
 ) -> Float[Array, "m m"]:
-    """``S = Y C⁻¹ Yᵀ / N = [YYᵀ − P Σ Pᵀ] / N`` (the Ω-step's covariance), symmetrised."""
+    """``S = Y C⁻¹ Yᵀ / N = [YYᵀ − P Σ Pᵀ] / N`` (the Ω-step's covariance), symmetrised.
+
+    The one place S is formed, for all d features or an active set's block (see :func:`posterior`).
+    """
     s = (yy - cross @ sigma @ cross.T) / n
     return 0.5 * (s + s.T)
 

@@ -16,8 +16,10 @@ Each iteration (Zhang et al., ICML 2025, Sec. 4.1) takes
   ``S = Y C⁻¹ Yᵀ / N = [(Y − MX)(Y − MX)ᵀ + M K Mᵀ] / N``, maximised by the graphical lasso.
 
 Features whose dimensionless prior variance ``γ_i G_ii`` drops below ``prune`` are set to
-``γ_i = 0`` (``α_i = ∞``) and stay there (both updates map 0 to 0). Stops when the relative change
-of the objective is below ``tol``.
+``γ_i = 0`` (``α_i = ∞``) and stay there (both updates map 0 to 0). The loop is
+:func:`jaxlab.core.iterate.iterate`: it stops when the relative change of the objective is below
+``tol`` (:func:`~jaxlab.core.iterate.relative_change`), and a non-finite objective stops it
+unconverged.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float
 
+from jaxlab.core.iterate import iterate, relative_change
 from jaxlab.methods.nard.model import Posterior, Stats, objective, posterior, residual_cov
 from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
 
@@ -37,15 +39,11 @@ __all__ = ["NardState", "alpha_step", "solve_nard"]
 
 
 class NardState(NamedTuple):
-    """Loop state: parameters, the posterior at those parameters, and the objective trace."""
+    """Loop state: parameters and the posterior at those parameters (without the d×d Σ)."""
 
     gamma: Float[Array, " d"]
     precision: Float[Array, "m m"]
     post: Posterior
-    value: Float[Array, ""]
-    trace: Float[Array, " T"]
-    it: Int[Array, ""]
-    converged: Bool[Array, ""]
 
 
 def alpha_step(
@@ -109,7 +107,7 @@ def solve_nard(
       lam: graphical-lasso penalty λ.
       gamma0: initial prior variances ``1/α`` (d,).
       max_iter: iteration cap (also the length of the objective trace minus one).
-      tol: stop when ``|ΔL| ≤ tol · |L|``.
+      tol: stop when ``|ΔL| ≤ tol · |L|``; a non-finite L stops the loop unconverged.
       rule: α-update, ``"mackay"`` or ``"em"``.
       prune: set ``γ_i = 0`` once ``γ_i G_ii < prune``.
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
@@ -119,20 +117,19 @@ def solve_nard(
     """
     g_diag = jnp.diagonal(stats.gram)
     post, precision, value = _evaluate(gamma0, None, stats, lam, glasso_iter)
-    trace = jnp.full((max_iter + 1,), jnp.nan, value.dtype).at[0].set(value)
-    state = NardState(gamma0, precision, post, value, trace, jnp.asarray(0), jnp.asarray(False))
 
-    def body(s: NardState) -> NardState:
+    def step(k, s: NardState) -> tuple[NardState, Float[Array, ""]]:
         gamma = alpha_step(s.post, s.precision, s.gamma, rule)
         gamma = jnp.where(gamma * g_diag < prune, 0.0, gamma)
         post, precision, value = _evaluate(gamma, s.precision, stats, lam, glasso_iter)
-        done = jnp.abs(value - s.value) <= tol * jnp.abs(s.value)
-        return NardState(
-            gamma, precision, post, value, s.trace.at[s.it + 1].set(value), s.it + 1, done
-        )
+        return NardState(gamma, precision, post), value
 
-    def cond(s: NardState) -> Bool[Array, ""]:
-        return (s.it < max_iter) & ~s.converged
-
-    s = lax.while_loop(cond, body, state)
-    return SolverOutput(s.post.mean, s.gamma, s.precision, s.trace, s.it, s.converged)
+    it = iterate(
+        step,
+        NardState(gamma0, precision, post),
+        value,
+        max_iter=max_iter,
+        stop=relative_change(tol),
+    )
+    s = it.state
+    return SolverOutput(s.post.mean, s.gamma, s.precision, it.trace, it.n_iter, it.converged)

@@ -13,7 +13,10 @@ and, removing feature i's own contribution when it is active (``C_{−i}``, Sher
 on γ_i is exactly ``ℓ_i(γ_i)`` with ``Q_i = q_iᵀ Ω q_i`` (the paper's Q_i), so the add /
 re-estimate / delete with the largest gain is an exact coordinate maximisation. Then an Ω-step
 (warm graphical lasso on ``S = [YYᵀ − P_A Σ_A P_Aᵀ]/N``, kept only if it improves). The objective
-therefore never decreases; the loop stops when its relative change is below ``tol``. Scoring all d
+therefore never decreases; the loop (:func:`jaxlab.core.iterate.iterate`) stops when its relative
+change is below ``tol``, or unconverged on a non-finite value. ``Σ_A`` and S come from
+:func:`~jaxlab.methods.nard.model.posterior` and :func:`~jaxlab.methods.nard.model.residual_cov`
+applied to the active block, the same functions ``nard`` applies to all d features. Scoring all d
 candidates is O(P·d·(P + m) + m²·d); the rest depends on P and m only. The capacity P is paid in
 full from the first iteration (static shapes), and exact ARD keeps many irrelevant features at
 large finite α, so the active set does fill up when d is large.
@@ -26,21 +29,22 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float
 
+from jaxlab.core.iterate import iterate, relative_change
 from jaxlab.methods.nard.active_set import (
     ActiveSet,
     apply_best,
     coordinate_gain,
     empty,
+    gather,
     gather_blocks,
     scatter,
 )
-from jaxlab.methods.nard.model import Stats, objective
+from jaxlab.methods.nard.model import Posterior, Stats, objective, posterior, residual_cov
 from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
 
-__all__ = ["SequentialState", "factors", "solve_sequential"]
+__all__ = ["SequentialState", "active_posterior", "factors", "solve_sequential"]
 
 
 class SequentialState(NamedTuple):
@@ -48,21 +52,15 @@ class SequentialState(NamedTuple):
 
     active: ActiveSet
     precision: Float[Array, "m m"]
-    value: Float[Array, ""]
-    trace: Float[Array, " T"]
-    it: Int[Array, ""]
-    converged: Bool[Array, ""]
 
 
-def _active_posterior(active: ActiveSet, stats: Stats):
-    """``Σ_A`` (P×P, zero on empty slots), ``log|C|``, ``P_A`` and the slot mask."""
-    idx, vf, g_aa, p_a = gather_blocks(active, stats.gram, stats.cross)
-    sg = jnp.sqrt(active.gamma)
-    a = sg[:, None] * g_aa * sg[None, :]
-    chol = jnp.linalg.cholesky(jnp.eye(a.shape[0], dtype=a.dtype) + a)
-    b_inv = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(a.shape[0], dtype=a.dtype))
-    sigma = sg[:, None] * b_inv * sg[None, :]
-    return sigma, 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol))), p_a, idx, vf
+def active_posterior(active: ActiveSet, stats: Stats) -> tuple[Posterior, Array, Array]:
+    """Posterior on the active slots (``Σ_A`` zero on empty slots), the Gram rows ``G_{A,:}``
+    (P×d, zero on empty slots) and ``P_A`` (m×P)."""
+    idx, vf = gather(active, stats.gram.shape[0])
+    rows = stats.gram[idx] * vf[:, None]
+    _, _, g_aa, p_a = gather_blocks(active, rows, stats.cross)
+    return posterior(active.gamma, g_aa, p_a), rows, p_a
 
 
 def factors(
@@ -70,9 +68,8 @@ def factors(
 ) -> tuple[Float[Array, " d"], Float[Array, "m d"], Float[Array, " d"]]:
     """Sparsity ``s`` (d,), quality ``q`` (m×d) and current γ (d,) of every feature."""
     d = stats.gram.shape[0]
-    sigma, _, p_a, idx, vf = _active_posterior(active, stats)
-    g_rows = stats.gram[idx] * vf[:, None]  # G_{A,:}, P×d
-    t = sigma @ g_rows
+    post, g_rows, p_a = active_posterior(active, stats)
+    t = post.sigma @ g_rows
     big_s = jnp.diagonal(stats.gram) - jnp.sum(g_rows * t, axis=0)
     big_q = stats.cross - p_a @ t
     gamma = scatter(active.gamma, active, d)
@@ -82,14 +79,13 @@ def factors(
 
 def _value(active, precision, stats, lam, glasso_iter):
     """Ω-step (or the diagonal start when ``precision`` is None), then the objective."""
-    sigma, logdet, p_a, _, _ = _active_posterior(active, stats)
-    cov = (stats.yy - p_a @ sigma @ p_a.T) / stats.n
-    cov = 0.5 * (cov + cov.T)
+    post, _, p_a = active_posterior(active, stats)
+    cov = residual_cov(post.sigma, p_a, stats.yy, stats.n)
     if precision is None:
         precision = diagonal_precision(cov)
     else:
         precision = omega_step(cov, lam, precision, glasso_iter=glasso_iter)
-    return precision, objective(logdet, cov, precision, lam, stats.n)
+    return precision, objective(post.logdet_c, cov, precision, lam, stats.n)
 
 
 @partial(jax.jit, static_argnames=("max_iter", "max_active", "glasso_iter"))
@@ -109,36 +105,34 @@ def solve_sequential(
       lam: graphical-lasso penalty λ.
       max_iter: iteration cap (one feature decision per iteration).
       max_active: capacity P of the active set; additions stop when it is full.
-      tol: stop when ``|ΔL| ≤ tol · |L|``.
+      tol: stop when ``|ΔL| ≤ tol · |L|``; a non-finite L stops the loop unconverged.
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
       A :class:`~jaxlab.methods.nard.output.SolverOutput`.
     """
     m, d = stats.cross.shape
-    dtype = stats.cross.dtype
-    active = empty(min(max_active, d), d, dtype)
+    active = empty(min(max_active, d), d, stats.cross.dtype)
     precision, value = _value(active, None, stats, lam, glasso_iter)
-    trace = jnp.full((max_iter + 1,), jnp.nan, dtype).at[0].set(value)
-    init = SequentialState(active, precision, value, trace, jnp.asarray(0), jnp.asarray(False))
 
-    def body(s: SequentialState) -> SequentialState:
+    def step(k, s: SequentialState) -> tuple[SequentialState, Float[Array, ""]]:
         sparsity, quality, gamma = factors(s.active, stats)
         big_q = jnp.sum(quality * (s.precision @ quality), axis=0)  # q_iᵀ Ω q_i
         g_star, gain = coordinate_gain(big_q, sparsity, gamma, m)
         active, _, _ = apply_best(s.active, g_star, gain)
         precision, value = _value(active, s.precision, stats, lam, glasso_iter)
-        done = jnp.abs(value - s.value) <= tol * jnp.abs(s.value)
-        return SequentialState(
-            active, precision, value, s.trace.at[s.it + 1].set(value), s.it + 1, done
-        )
+        return SequentialState(active, precision), value
 
-    def cond(s: SequentialState) -> Bool[Array, ""]:
-        return (s.it < max_iter) & ~s.converged
-
-    s = lax.while_loop(cond, body, init)
-    sigma, _, p_a, _, _ = _active_posterior(s.active, stats)
-    coef = scatter(p_a @ sigma, s.active, d)
+    it = iterate(
+        step,
+        SequentialState(active, precision),
+        value,
+        max_iter=max_iter,
+        stop=relative_change(tol),
+    )
+    s = it.state
+    post, _, _ = active_posterior(s.active, stats)
+    coef = scatter(post.mean, s.active, d)
     return SolverOutput(
-        coef, scatter(s.active.gamma, s.active, d), s.precision, s.trace, s.it, s.converged
+        coef, scatter(s.active.gamma, s.active, d), s.precision, it.trace, it.n_iter, it.converged
     )

@@ -25,86 +25,56 @@ intermediate matrix is the *diagonal* ``D = K + ρI`` (instead of ``K + XXᵀ``)
 
 g never decreases and stays below the objective (tested). Its maximiser is not the objective's: the
 bound on ``log|C|`` replaces the posterior variance ``Σ_ii`` by ``1/(α_i + ρ)``, so pruning is more
-aggressive than NARD's. No d×d matrix is formed: B costs ``2mdN`` through X.
+aggressive than NARD's. No d×d matrix is formed, not even for ρ
+(:func:`~jaxlab.methods.nard.bound.lipschitz_constant`): B costs ``2mdN`` through X. The loop is
+:func:`jaxlab.core.iterate.iterate` with :func:`~jaxlab.core.iterate.relative_change`.
 """
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float
 
-from jaxlab.methods.nard.model import Stats, penalised_gaussian
+from jaxlab.core.iterate import iterate, relative_change
+from jaxlab.methods.nard.bound import SurrogateStats, surrogate_cov, surrogate_value
 from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
 
-__all__ = [
-    "SurrogateState",
-    "surrogate_init",
-    "surrogate_step",
-    "surrogate_value",
-    "solve_surrogate",
-]
+__all__ = ["SurrogateState", "solve_surrogate", "surrogate_init", "surrogate_step"]
 
 
 class SurrogateState(NamedTuple):
-    """Loop state: γ, Ω, the anchor W₀ with its residual R₀ and B, and g's trace."""
+    """Loop state: γ, Ω, and the anchor W₀ with its residual R₀ and B."""
 
     gamma: Float[Array, " d"]
     precision: Float[Array, "m m"]
     w: Float[Array, "m d"]
     r: Float[Array, "m N"]
     b: Float[Array, "m d"]
-    value: Float[Array, ""]
-    trace: Float[Array, " T"]
-    it: Int[Array, ""]
-    converged: Bool[Array, ""]
-
-
-def surrogate_value(
-    gamma: Float[Array, " P"],
-    cov: Float[Array, "m m"],
-    precision: Float[Array, "m m"],
-    lam: Float[Array, ""],
-    n: Array,
-    rho: Array,
-) -> Float[Array, ""]:
-    """``g`` from γ (over the features that carry one), ``S̃`` and Ω (module docstring)."""
-    m = cov.shape[0]
-    return (
-        -0.5 * m * n * math.log(2 * math.pi)
-        - 0.5 * m * jnp.sum(jnp.log1p(gamma * rho))
-        + 0.5 * n * penalised_gaussian(precision, cov, lam)
-    )
-
-
-def _cov(r, b, w, c, rho, n):
-    """``S̃`` for residual r, B, anchor w and ``c = γ/(1 + γρ)`` (= diag D⁻¹)."""
-    bw = b @ w.T
-    s = r @ r.T + bw + bw.T - rho * (w @ w.T) - (b * c[None, :]) @ b.T
-    return 0.5 * (s + s.T) / n
 
 
 def _anchor(w, X, Y, rho):
+    """Residual ``R₀ = Y − W₀X`` and ``B = R₀Xᵀ + ρW₀`` of anchor w (2mdN)."""
     r = Y - w @ X
     return r, r @ X.T + rho * w
+
+
+def _cov(r, b, w, c, rho, n):
+    """``S̃`` of the dense anchor (every column of B and W₀ on all d features)."""
+    return surrogate_cov(r @ r.T, b, w, b, c, rho, n)
 
 
 def surrogate_init(
     X: Float[Array, "d N"],
     Y: Float[Array, "m N"],
-    stats: Stats,
+    stats: SurrogateStats,
     lam: Float[Array, ""],
     gamma0: Float[Array, " d"],
-    *,
-    max_iter: int,
-    glasso_iter: int = 100,
-) -> SurrogateState:
-    """State at ``W₀ = 0``, ``γ = γ₀``, ``Ω = diag(1 / diag S̃)``."""
+) -> tuple[SurrogateState, Float[Array, ""]]:
+    """State at ``W₀ = 0``, ``γ = γ₀``, ``Ω = diag(1 / diag S̃)``, and g there."""
     m, d = stats.cross.shape
     w = jnp.zeros((m, d), X.dtype)
     r, b = _anchor(w, X, Y, stats.rho)
@@ -112,21 +82,19 @@ def surrogate_init(
     cov = _cov(r, b, w, c, stats.rho, stats.n)
     prec = diagonal_precision(cov)
     value = surrogate_value(gamma0, cov, prec, lam, stats.n, stats.rho)
-    trace = jnp.full((max_iter + 1,), jnp.nan, X.dtype).at[0].set(value)
-    return SurrogateState(gamma0, prec, w, r, b, value, trace, jnp.asarray(0), jnp.asarray(False))
+    return SurrogateState(gamma0, prec, w, r, b), value
 
 
 def surrogate_step(
     s: SurrogateState,
     X: Float[Array, "d N"],
     Y: Float[Array, "m N"],
-    stats: Stats,
+    stats: SurrogateStats,
     lam: Float[Array, ""],
     *,
-    tol: float = 1e-6,
     glasso_iter: int = 100,
-) -> SurrogateState:
-    """One α-step, Ω-step and W₀-step of the surrogate ascent (module docstring)."""
+) -> tuple[SurrogateState, Float[Array, ""]]:
+    """One α-step, Ω-step and W₀-step of the surrogate ascent (module docstring), and g after."""
     m = Y.shape[0]
     rho = stats.rho
     q = jnp.sum(s.b * (s.precision @ s.b), axis=0)  # Q̃_i = b_iᵀ Ω b_i
@@ -138,17 +106,14 @@ def surrogate_step(
     w = s.b * c[None, :]
     r, b = _anchor(w, X, Y, rho)
     value = surrogate_value(gamma, _cov(r, b, w, c, rho, stats.n), prec, lam, stats.n, rho)
-    done = jnp.abs(value - s.value) <= tol * jnp.abs(s.value)
-    return SurrogateState(
-        gamma, prec, w, r, b, value, s.trace.at[s.it + 1].set(value), s.it + 1, done
-    )
+    return SurrogateState(gamma, prec, w, r, b), value
 
 
 @partial(jax.jit, static_argnames=("max_iter", "glasso_iter"))
 def solve_surrogate(
     X: Float[Array, "d N"],
     Y: Float[Array, "m N"],
-    stats: Stats,
+    stats: SurrogateStats,
     lam: Float[Array, ""],
     gamma0: Float[Array, " d"],
     *,
@@ -161,23 +126,21 @@ def solve_surrogate(
     Args:
       X: inputs (d×N).
       Y: outputs (m×N).
-      stats: sufficient statistics (only ``yy``, ``n``, ``rho`` and ``cross`` are read).
+      stats: :class:`~jaxlab.methods.nard.bound.SurrogateStats` (``n`` and ``rho`` are read).
       lam: graphical-lasso penalty λ.
       gamma0: initial γ, used only for the first value of the trace.
       max_iter: iteration cap.
-      tol: stop when ``|Δg| ≤ tol · |g|``.
+      tol: stop when ``|Δg| ≤ tol · |g|``; a non-finite g stops the loop unconverged.
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
       A :class:`~jaxlab.methods.nard.output.SolverOutput`.
     """
-    state = surrogate_init(X, Y, stats, lam, gamma0, max_iter=max_iter, glasso_iter=glasso_iter)
+    state, value = surrogate_init(X, Y, stats, lam, gamma0)
 
-    def cond(s):
-        return (s.it < max_iter) & ~s.converged
+    def step(k, s):
+        return surrogate_step(s, X, Y, stats, lam, glasso_iter=glasso_iter)
 
-    def body(s):
-        return surrogate_step(s, X, Y, stats, lam, tol=tol, glasso_iter=glasso_iter)
-
-    s = lax.while_loop(cond, body, state)
-    return SolverOutput(s.w, s.gamma, s.precision, s.trace, s.it, s.converged)
+    it = iterate(step, state, value, max_iter=max_iter, stop=relative_change(tol))
+    s = it.state
+    return SolverOutput(s.w, s.gamma, s.precision, it.trace, it.n_iter, it.converged)

@@ -3,6 +3,8 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
+from sklearn.model_selection import KFold
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.nard_synthetic import make_problem
@@ -22,7 +24,10 @@ def test_support_recovery(problem, method):
     tpr = (sel & problem.support).sum() / problem.support.sum()
     fpr = (sel & ~problem.support).sum() / (~problem.support).sum()
     assert (tpr, fpr) == (1.0, 0.0)
-    assert res.converged and res.n_iter > 0 and res.seconds_per_iter > 0
+    assert res.converged and res.n_iter > 0 and res.stats_seconds > 0
+    assert res.seconds > res.stats_seconds
+    assert res.seconds_per_iter == pytest.approx(res.seconds / res.n_iter)
+    assert np.all(np.isfinite(np.asarray(res.objective)))
     assert res.coef.shape == (20, 300) and res.alpha.shape == (300,)
     assert res.precision.shape == (20, 20) and res.objective.shape == (res.n_iter + 1,)
     assert np.all(np.isinf(np.asarray(res.alpha)[np.asarray(res.coef).any(0) == 0]))
@@ -31,32 +36,46 @@ def test_support_recovery(problem, method):
     assert np.all(est[problem.precision != 0])
 
 
-def test_lambda_by_cross_validation():
-    pr = make_problem(12, m=4, n=60, p=2, seed=5)
-    X, Y = map(jnp.asarray, (pr.X, pr.Y))
-    # sequential_surrogate reads only the N-free statistics: one compilation serves every fold.
+def test_lambda_by_cross_validation_is_the_argmax_of_an_independent_cv_curve(x64):
+    # A fine grid whose held-out curve peaks inside it: neighbouring λ differ by ~1-2 % of the
+    # score, and the in-sample curve peaks elsewhere, so scoring the wrong samples, a wrong sign or
+    # scale of a term, or misassigned folds would choose another λ.
+    pr = make_problem(12, m=6, n=60, p=2, seed=5)
+    X, Y = pr.X, pr.Y
+    lams = tuple(float(v) for v in np.round(np.geomspace(0.005, 0.5, 9), 4))
+    opts = dict(max_iter=200, tol=1e-8)
     cv = select_lam(
-        X,
-        Y,
-        "sequential_surrogate",
-        lams=(0.01, 3.0),
+        jnp.asarray(X),
+        jnp.asarray(Y),
+        "nard",
+        lams=lams,
         folds=3,
-        max_iter=200,
-        tol=1e-6,
+        seed=0,
         alpha_update="mackay",
         max_active=12,
+        **opts,
     )
-    assert cv.best == 0.01 and cv.scores[0] > cv.scores[1]  # λ = 3 empties Ω's off-diagonal
-    res = fit(
-        pr.X,
-        pr.Y,
-        method="sequential_surrogate",
-        lam="cv",
-        lams=(0.01, 3.0),
-        cv_folds=3,
-        max_iter=200,
-        max_active=12,
-    )
+    # The documented folds (a seeded permutation cut into near-equal consecutive parts) built with
+    # scikit-learn's unshuffled KFold; each fold scored with scipy's Gaussian log-density.
+    perm = np.random.default_rng(0).permutation(60)
+    held, insample = [], []
+    for lam in lams:
+        h, i = [], []
+        for train_idx, test_idx in KFold(3).split(perm):
+            train, test = perm[train_idx], perm[test_idx]
+            res = fit(X[:, train], Y[:, train], method="nard", lam=lam, **opts)
+            cov = np.linalg.inv(np.asarray(res.precision))
+            coef = np.asarray(res.coef)
+            for part, out in ((test, h), (train, i)):
+                r = (Y[:, part] - coef @ X[:, part]).T
+                out.append(scipy.stats.multivariate_normal(np.zeros(6), cov).logpdf(r).mean())
+        held.append(np.mean(h))
+        insample.append(np.mean(i))
+    np.testing.assert_allclose(cv.scores, held, rtol=1e-9)
+    best = int(np.argmax(held))
+    assert 0 < best < len(lams) - 1 and cv.best == lams[best]
+    assert int(np.argmax(insample)) != best
+    res = fit(X, Y, method="nard", lam="cv", lams=lams, cv_folds=3, **opts)
     assert np.asarray(res.selected)[pr.support].all()
 
 
@@ -72,8 +91,29 @@ def test_lambda_by_cross_validation():
         (np.ones((3, 5)), np.ones((2, 5)), {"lam": "auto"}, "lam"),
         (np.ones((3, 5)), np.ones((2, 5)), {"alpha_update": "newton"}, "alpha_update"),
         (np.ones((3, 5)), np.zeros((2, 5)), {}, "zero"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"lam": np.inf}, "lam must be a finite"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"lam": np.nan}, "lam must be a finite"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"lam": [0.1]}, "lam must be a finite"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"lam": True}, "lam must be a finite"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"lam": "cv", "lams": (0.1, np.inf)}, "lams"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"tol": np.inf}, "tol"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"tol": "1e-6"}, "tol"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"max_iter": 0}, "max_iter"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"max_iter": 2.5}, "max_iter"),
+        (np.ones((3, 5)), np.ones((2, 5)), {"threshold": np.nan}, "threshold"),
     ],
 )
 def test_input_errors(X, Y, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         fit(X, Y, **kwargs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_all_zero_feature_rows_are_rejected_by_name(method):
+    # Before, method="surrogate" accepted such a row and reported converged=True after one
+    # iteration with objective −inf and an empty support.
+    pr = make_problem(20, m=3, n=15, p=2, seed=0)
+    X = pr.X.copy()
+    X[[4, 11]] = 0.0
+    with pytest.raises(ConfigError, match=r"feature rows 4, 11 of X are identically zero"):
+        fit(X, pr.Y, method=method)

@@ -1,12 +1,15 @@
 """Real multi-output regression sets that ship offline (scikit-learn's bundled data) for NARD.
 
+The data of the ``nard_real`` experiment (beside :mod:`~jaxlab.data.nard_synthetic`):
+
 * ``linnerud``: 20 men; inputs the 3 exercises (chins, situps, jumps), outputs the 3 physiological
   measurements (weight, waist, pulse). Tiny and noisy: a check that the method behaves, not a test.
 * ``diabetes``: 442 patients of scikit-learn's diabetes data (unscaled). Outputs: the six blood
   serum measurements s1–s6 (tc, ldl, hdl, tch, ltg, glu), whose network is strong (tc ≈ ldl + hdl
-  + ...). Inputs: age, sex, bmi, bp and the disease-progression score, their 15 squares and pairwise
-  products, and ``n_noise`` pure-noise distractor columns (seeded), so that feature selection has
-  known-irrelevant candidates. The paper's own real datasets are not available offline.
+  + ...). Inputs: age, sex, bmi, bp and the disease-progression score, their squares and pairwise
+  products (14: sex² equals sex up to a shift and is left out), and ``n_noise`` pure-noise
+  distractor columns (seeded), so that feature selection has known-irrelevant candidates. The
+  paper's own real datasets are not available offline.
 
 Both return X (d×N) and Y (m×N) as float64 numpy arrays with names; standardisation is left to the
 caller (it must use training-fold statistics only).
@@ -19,6 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 from sklearn.datasets import load_diabetes, load_linnerud
+
+from jaxlab.core.errors import ConfigError
 
 __all__ = ["DATASETS", "RealProblem", "load"]
 
@@ -60,7 +65,14 @@ def _diabetes(n_noise: int, seed: int) -> RealProblem:
 
 
 def load(name: str, *, n_noise: int = 20, seed: int = 0) -> RealProblem:
-    """Loads dataset ``name`` (one of :data:`DATASETS`)."""
+    """Loads dataset ``name`` (one of :data:`DATASETS`); ``n_noise`` and ``seed`` shape the
+    distractor columns of ``diabetes``.
+
+    Raises:
+      ConfigError: an unknown name or a negative ``n_noise``.
+    """
+    if not isinstance(n_noise, int) or n_noise < 0:
+        raise ConfigError(f"n_noise must be an integer >= 0, got {n_noise!r}")
     if name == "linnerud":
         data = load_linnerud()
         return RealProblem(
@@ -72,4 +84,4 @@ def load(name: str, *, n_noise: int = 20, seed: int = 0) -> RealProblem:
         )
     if name == "diabetes":
         return _diabetes(n_noise, seed)
-    raise ValueError(f"unknown dataset {name!r}; use one of {DATASETS}")
+    raise ConfigError(f"unknown dataset {name!r}; use one of {', '.join(DATASETS)}")
