@@ -3,7 +3,7 @@
 import matplotlib.image
 import numpy as np
 
-from jaxlab.core.plots import plot_curves, plot_scaling
+from jaxlab.core.plots import plot_curves, plot_scaling, plot_traces
 from jaxlab.core.scaling import fit_power_law
 
 
@@ -35,3 +35,15 @@ def test_plot_scaling(tmp_path):
     fits = {"ours": fit_power_law(*points["ours"])}
     _check_png(plot_scaling(points, fits, tmp_path / "scaling.png", xlabel="C", ylabel="L"))
     _check_png(plot_scaling(points, None, str(tmp_path / "nofit.png"), xlabel="C", ylabel="L"))
+
+
+def test_plot_traces(tmp_path):
+    k = np.arange(301)
+    fast = np.full(301, np.nan)
+    fast[:41] = 10.0 ** (-k[:41] / 4)  # NaN past its last iteration, as solvers record
+    slow = 0.99**k
+    traces = {"fast": (fast, k * 1e-3), "slow": (slow, k * 1e-4)}
+    out = plot_traces(
+        traces, tmp_path / "t.png", ylabel="||g||", threshold=1e-8, highlight=("fast",)
+    )
+    _check_png(out)

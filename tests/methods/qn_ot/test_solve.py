@@ -9,7 +9,7 @@ import regot
 from ott.geometry.geometry import Geometry
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.ot import Method, solve
+from jaxlab.methods.qn_ot import Method, solve
 
 N, M_, EPS = 24, 20, 0.05
 
