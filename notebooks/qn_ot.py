@@ -48,7 +48,7 @@ from matplotlib.figure import Figure
 jax.config.update("jax_enable_x64", True)  # tol 1e-8 needs float64
 
 from jaxlab.data.ot_problems import synthetic_1  # noqa: E402
-from jaxlab.methods.ot import solve  # noqa: E402
+from jaxlab.methods.qn_ot import solve  # noqa: E402
 
 SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))
 N = 40 if SMOKE else 200
@@ -72,19 +72,19 @@ sink = solve(
 )
 for name, out in (("SPLR", splr), ("Sinkhorn", sink)):
     print(
-        f"{name:9s} iterations {int(out.n_iters):6d}  converged {bool(out.converged)!s:5s}  "
+        f"{name:9s} iterations {int(out.n_iter):6d}  converged {bool(out.converged)!s:5s}  "
         f"final ||g|| {float(out.error):.2e}  {out.seconds:.3f}s"
     )
 
 # %% [markdown]
 # Both runs return the plan `matrix`, the potentials `(alpha, beta)` with `beta[-1] = 0`, and the
-# `errors` trace (NaN past `n_iters`).
+# `errors` trace (NaN past `n_iter`).
 
 # %%
 fig = Figure(figsize=(6, 4))
 ax = fig.subplots()
 for name, out in (("SPLR", splr), ("Sinkhorn", sink)):
-    errors = np.asarray(out.errors[: int(out.n_iters) + 1])
+    errors = np.asarray(out.errors[: int(out.n_iter) + 1])
     ax.plot(np.log10(errors), label=name)
 ax.axhline(-8, color="k", ls=":", lw=0.8)
 ax.set_xscale("symlog", linthresh=100)

@@ -29,6 +29,7 @@ __all__ = [
     "plot_pairs",
     "plot_panels",
     "plot_scaling",
+    "plot_traces",
 ]
 
 _FIGSIZE = (6.0, 4.0)
@@ -333,3 +334,50 @@ def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -
     if title:
         fig.suptitle(title, fontsize="small")
     return fig
+
+
+def plot_traces(
+    traces: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    path: str | os.PathLike,
+    *,
+    ylabel: str,
+    threshold: float | None = None,
+    highlight: tuple[str, ...] = (),
+    title: str = "",
+) -> pathlib.Path:
+    """Iterative solvers' traces against iterations and against seconds, log y axis, side by side.
+
+    Args:
+        traces: Solver name to ``(values, seconds)``: the recorded value after 0, 1, ... iterations
+            (NaN entries are dropped) and the elapsed seconds at each of them.
+        path: Where to write the PNG.
+        ylabel: Label of the y axis (e.g. an error norm).
+        threshold: Draws a dotted horizontal line there (e.g. the tolerance).
+        highlight: Names drawn with thicker lines (e.g. the method and its reference).
+        title: Optional title.
+
+    Returns:
+        The path written.
+    """
+    fig = Figure(figsize=(11.0, 4.2))
+    ax_it, ax_t = fig.subplots(1, 2)
+    for name, (values, seconds) in traces.items():
+        values = np.asarray(values, np.float64)
+        keep = np.isfinite(values)
+        values = np.maximum(values[keep], np.finfo(np.float64).tiny)  # log axis: no zeros
+        width = 2.2 if name in highlight else 1.2
+        ax_it.plot(np.flatnonzero(keep), values, label=name, lw=width)
+        ax_t.plot(np.asarray(seconds, np.float64)[keep], values, label=name, lw=width)
+    for ax, xlabel in ((ax_it, "iteration"), (ax_t, "seconds")):
+        if threshold is not None:
+            ax.axhline(threshold, color="k", ls=":", lw=0.8)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    ax_it.set_xscale("symlog", linthresh=100)  # early iterations and long tails both visible
+    ax_t.set_xscale("log")
+    if traces:
+        ax_t.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)

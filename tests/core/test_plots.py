@@ -11,6 +11,7 @@ from jaxlab.core.plots import (
     plot_pairs,
     plot_panels,
     plot_scaling,
+    plot_traces,
 )
 from jaxlab.core.scaling import fit_power_law
 
@@ -74,3 +75,15 @@ def test_plot_panels_matrix_and_bars(tmp_path):
     pcor = np.array([[1.0, -0.4, 0.0], [-0.4, 1.0, 0.3], [0.0, 0.3, 1.0]])
     _check_png(plot_matrix(pcor, tmp_path / "m.png", labels=("x", "y", "z"), vmin=-1, vmax=1))
     _check_png(plot_bars({"set 1": {"a": 0.7, "b": 0.9}, "set 2": {"a": 1.2}}, tmp_path / "b.png"))
+
+
+def test_plot_traces(tmp_path):
+    k = np.arange(301)
+    fast = np.full(301, np.nan)
+    fast[:41] = 10.0 ** (-k[:41] / 4)  # NaN past its last iteration, as solvers record
+    slow = 0.99**k
+    traces = {"fast": (fast, k * 1e-3), "slow": (slow, k * 1e-4)}
+    out = plot_traces(
+        traces, tmp_path / "t.png", ylabel="||g||", threshold=1e-8, highlight=("fast",)
+    )
+    _check_png(out)

@@ -1,13 +1,11 @@
-"""Quasi-Newton entropic optimal transport: SPLR (Wang & Qiu, ICML 2025) and its baselines.
+"""Moved to :mod:`jaxlab.methods.qn_ot` and :mod:`jaxlab.ot`; this module re-exports the old names.
 
-``solve(a, b, cost, epsilon=η, method="splr")`` is the entry point; ``method`` also takes
-``"sinkhorn"``, ``"lbfgs"``, ``"newton"``, ``"sparse_newton"`` and ``"ssns"``. The dual and its
-derivatives live in :mod:`.dual`, the sparsified Hessian in :mod:`.sparse_hessian`, the linear
-solves in :mod:`.linsolve`, the Moré–Thuente search in :mod:`.line_search`, one solver per file, and
-the benchmark of the paper's claim in :mod:`.benchmark`. See ``README.md`` for measured results.
+SPLR and its baselines (``solve``, ``Method``, ``entropic_ot_value``) now live in
+:mod:`jaxlab.methods.qn_ot`, and the parts every OT method shares (the dual, Sinkhorn with warm
+starts, the line search, the linear solves, the output type ``OTOutput``) in :mod:`jaxlab.ot`.
+Import from there in new code; the submodules of the old package are gone.
 """
 
-from jaxlab.methods.ot.api import Method, OTOutput, solve
-from jaxlab.methods.ot.differentiation import entropic_ot_value
+from jaxlab.methods.qn_ot import Method, OTOutput, entropic_ot_value, solve
 
 __all__ = ["Method", "OTOutput", "entropic_ot_value", "solve"]

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.methods.ot.linsolve import inverse_bfgs_direction
+from jaxlab.methods.qn_ot.direction import inverse_bfgs_direction
 
 
 def _setup(seed=0, k=8):

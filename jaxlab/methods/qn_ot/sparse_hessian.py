@@ -28,7 +28,14 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-__all__ = ["SparseHessian", "next_density", "quantile_sample", "sparsify", "sparsify_above"]
+__all__ = [
+    "SparseHessian",
+    "next_density",
+    "quantile_sample",
+    "sparsify",
+    "sparsify_above",
+    "top_threshold",
+]
 
 SAMPLE_CAP = 40_000
 
@@ -94,7 +101,7 @@ def quantile_sample(flat: Float[Array, " p"], sample_cap: int = SAMPLE_CAP) -> F
     return flat[np.sort(idx)]
 
 
-def _threshold(values: Float[Array, " p"], density, n_bisect: int = 60) -> Float[Array, ""]:
+def top_threshold(values: Float[Array, " p"], density, n_bisect: int = 60) -> Float[Array, ""]:
     """The ``⌊density · p⌋``-th largest of ``values`` (``inf`` when none is kept).
 
     Found by bisection on ``log`` of the value with counting passes: XLA's CPU sort of 4·10⁴
@@ -145,7 +152,7 @@ def sparsify(
     """
     T_t = T[:, :-1]
     flat = T_t.reshape(-1)
-    return sparsify_above(T, epsilon, _threshold(quantile_sample(flat, sample_cap), density))
+    return sparsify_above(T, epsilon, top_threshold(quantile_sample(flat, sample_cap), density))
 
 
 def sparsify_above(T: Float[Array, "n m"], epsilon, threshold) -> SparseHessian:

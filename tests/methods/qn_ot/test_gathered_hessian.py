@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.methods.ot import solve
-from jaxlab.methods.ot.gathered_hessian import compact, default_capacity, sparsify_gathered
-from jaxlab.methods.ot.linsolve import LinearSolver, default_linear_solver, solve_shifted
-from jaxlab.methods.ot.sparse_hessian import sparsify
+from jaxlab.methods.qn_ot import solve
+from jaxlab.methods.qn_ot.direction import default_linear_solver
+from jaxlab.methods.qn_ot.gathered_hessian import compact, default_capacity, sparsify_gathered
+from jaxlab.methods.qn_ot.sparse_hessian import sparsify
+from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 
 # One compilation per capacity, shared by the tests (density is traced).
 _gathered = jax.jit(sparsify_gathered, static_argnums=3)

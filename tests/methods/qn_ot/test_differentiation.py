@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.methods.ot import entropic_ot_value
+from jaxlab.methods.qn_ot import entropic_ot_value
 
 
 def test_gradient_in_cost_matches_finite_differences(x64):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.methods.ot.dual import dual_hessian, dual_value, dual_value_grad, gauge, plan, split
+from jaxlab.ot.dual import dual_hessian, dual_value, dual_value_grad, gauge, plan, split
 
 
 def _problem(seed, n=7, m=5, eps=0.3):

@@ -14,7 +14,9 @@ Wang & Qiu (ICML 2025), Algorithm 1. From ``x_k = (α, β̃)`` with gradient ``g
 
 Stop when ``‖g_k‖₂ < tol``. With ``low_rank=False`` this is the paper's ablation "sparse Newton"
 (steps 1, 2, 4, 5 only). The start point, as in the authors' code, is ``α = 0`` and the exact
-``β`` for it (one Sinkhorn half-step), moved to the gauge ``β_m = 0``.
+``β`` for it (one Sinkhorn half-step), moved to the gauge ``β_m = 0``
+(:func:`jaxlab.ot.dual.initial_point`), or given potentials (warm start). The loop is
+:func:`jaxlab.core.iterate.iterate` on ``‖g_k‖₂``.
 """
 
 from __future__ import annotations
@@ -22,49 +24,21 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
-from jax import lax
-from jax.scipy.special import logsumexp
 
-from jaxlab.methods.ot.dual import dual_value_grad, join
-from jaxlab.methods.ot.gathered_hessian import default_capacity
-from jaxlab.methods.ot.line_search import more_thuente
-from jaxlab.methods.ot.linsolve import (
-    LinearSolver,
+from jaxlab.core.iterate import below, iterate
+from jaxlab.methods.qn_ot.direction import (
     build_hessian,
     default_linear_solver,
     inverse_bfgs_direction,
-    solve_shifted,
 )
-from jaxlab.methods.ot.sparse_hessian import next_density
+from jaxlab.methods.qn_ot.gathered_hessian import default_capacity
+from jaxlab.methods.qn_ot.sparse_hessian import next_density
+from jaxlab.ot.dual import dual_value_grad, initial_point, join
+from jaxlab.ot.line_search import more_thuente
+from jaxlab.ot.linsolve import LinearSolver, solve_shifted
+from jaxlab.ot.output import RawSolution, raw_solution
 
-__all__ = ["RawSolution", "initial_point", "splr"]
-
-
-class RawSolution(NamedTuple):
-    """What every solver in this package returns before :func:`jaxlab.methods.ot.solve` wraps it.
-
-    Attributes:
-      x: final ``(α, β̃)`` with ``β_m = 0``.
-      errors: ``‖g‖₂`` after 0, 1, ... iterations, ``nan`` past ``n_iters``.
-      densities: ``ρ`` used at each iteration (``nan`` where not applicable).
-      n_iters: iterations run.
-      converged: ``‖g‖₂ < tol`` reached.
-      n_evals: objective/gradient evaluations (line-search trials included).
-    """
-
-    x: jnp.ndarray
-    errors: jnp.ndarray
-    densities: jnp.ndarray
-    n_iters: jnp.ndarray
-    converged: jnp.ndarray
-    n_evals: jnp.ndarray
-
-
-def initial_point(cost, a, b, epsilon):
-    """``α = 0`` and ``β = η log b - η LSE_i(-M_ij/η)`` (exact column marginals), gauged."""
-    alpha = jnp.zeros(cost.shape[0], cost.dtype)
-    beta = epsilon * (jnp.log(b) - logsumexp(-cost / epsilon, axis=0))
-    return join(alpha, beta)
+__all__ = ["splr"]
 
 
 class _State(NamedTuple):
@@ -73,11 +47,10 @@ class _State(NamedTuple):
     f: jnp.ndarray
     g: jnp.ndarray
     g_prev: jnp.ndarray
+    gnorm: jnp.ndarray  # ‖g‖₂, also the driver's trace entry
     T: jnp.ndarray
     step: jnp.ndarray
     density: jnp.ndarray
-    k: jnp.ndarray
-    errors: jnp.ndarray
     densities: jnp.ndarray
     n_evals: jnp.ndarray
 
@@ -95,9 +68,10 @@ def splr(
     density_init: float | None = None,
     shift_max: float = 1e-3,
     low_rank: bool = True,
-    linear_solver: LinearSolver | None = None,
+    linear_solver: LinearSolver | str | None = None,
     cg_tol: float = 1e-8,
     step_max: float = 1e10,
+    init: tuple[jnp.ndarray, jnp.ndarray] | None = None,
 ) -> RawSolution:
     """Runs SPLR (Algorithm 1) on the dual of the entropic OT problem ``(M, a, b, η)``.
 
@@ -113,13 +87,16 @@ def splr(
       density_init: ``ρ₀`` (default ``ρ_max / 10``).
       shift_max: ``τ_max`` in ``τ = min(‖g‖, τ_max)``.
       low_rank: apply the rank-2 correction (False gives the sparse-Newton ablation).
-      linear_solver: how to solve with ``H_Ω + τI``; default by size (:mod:`linsolve`).
+      linear_solver: how to solve with ``H_Ω + τI``; default by size (:mod:`.direction`).
       cg_tol: relative residual of the CG solves (the authors' 10⁻⁸).
       step_max: largest line-search step.
+      init: initial potentials ``(α₀, β₀)`` (warm start); None starts from
+        :func:`~jaxlab.ot.dual.initial_point`.
     """
     n, m = cost.shape
     size = n + m - 1
-    solver = linear_solver or default_linear_solver(size, density_max)
+    solver = default_linear_solver(size, density_max) if linear_solver is None else linear_solver
+    solver = LinearSolver(solver)
     density_min = density_max / 100.0 if density_min is None else density_min
     capacity = default_capacity(n, m, density_max)
 
@@ -127,37 +104,31 @@ def splr(
         f, g, T = dual_value_grad(x, cost, a, b, epsilon)
         return f, g, T
 
-    x0 = initial_point(cost, a, b, epsilon)
+    x0 = initial_point(cost, a, b, epsilon) if init is None else join(*init)
     f0, g0, T0 = fun(x0)
     dtype = f0.dtype
-    errors = jnp.full(max_iter + 1, jnp.nan, dtype).at[0].set(jnp.linalg.norm(g0))
-    init = _State(
+    gnorm0 = jnp.linalg.norm(g0)
+    init_state = _State(
         x=x0,
         x_prev=x0,
         f=f0,
         g=g0,
         g_prev=g0,
+        gnorm=gnorm0,
         T=T0,
         step=jnp.ones((), dtype),
         density=jnp.asarray(0.1 * density_max if density_init is None else density_init, dtype),
-        k=jnp.zeros((), jnp.int32),
-        errors=errors,
         densities=jnp.full(max_iter, jnp.nan, dtype),
         n_evals=jnp.ones((), jnp.int32),
     )
 
-    def cond(st):
-        gnorm = st.errors[st.k]
-        return (gnorm >= tol) & jnp.isfinite(st.f) & (st.k < max_iter)
-
-    def body(st):
-        gnorm = st.errors[st.k]
+    def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
         # The diagonals T1 and T̃ᵀ1 are the gradient plus the marginals (Eq. 4).
         sums = (st.g[:n] + a, st.g[n:] + b[:-1])
         H = build_hessian(st.T, epsilon, st.density, solver, capacity, sums)
-        tau = jnp.minimum(gnorm, shift_max)
+        tau = jnp.minimum(st.gnorm, shift_max)
         s, y = st.x - st.x_prev, st.g - st.g_prev
-        use_low_rank = low_rank & (st.k > 0) & (y @ s > 1e-6 * (y @ y))
+        use_low_rank = low_rank & (k > 0) & (y @ s > 1e-6 * (y @ y))
         d = inverse_bfgs_direction(
             lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol), st.g, s, y, use_low_rank
         )
@@ -166,22 +137,21 @@ def splr(
         ls = more_thuente(
             fun, st.x, d, st.f, st.g, st.T, jnp.minimum(1.0, 1.5 * st.step), step_max=step_max
         )
-        x_new = st.x + ls.step * d
         gnorm_new = jnp.linalg.norm(ls.grad)
-        return _State(
-            x=x_new,
+        new = _State(
+            x=st.x + ls.step * d,
             x_prev=st.x,
             f=ls.value,
             g=ls.grad,
             g_prev=st.g,
+            gnorm=gnorm_new,
             T=ls.aux,
             step=jnp.where(ls.step > 0, ls.step, st.step),
-            density=next_density(st.density, gnorm_new < gnorm, density_min, density_max),
-            k=st.k + 1,
-            errors=st.errors.at[st.k + 1].set(gnorm_new),
-            densities=st.densities.at[st.k].set(st.density),
+            density=next_density(st.density, gnorm_new < st.gnorm, density_min, density_max),
+            densities=st.densities.at[k].set(st.density),
             n_evals=st.n_evals + ls.n_evals,
         )
+        return new, gnorm_new
 
-    st = lax.while_loop(cond, body, init)
-    return RawSolution(st.x, st.errors, st.densities, st.k, st.errors[st.k] < tol, st.n_evals)
+    it = iterate(step, init_state, gnorm0, max_iter=max_iter, stop=below(tol))
+    return raw_solution(it, it.state.x, it.state.n_evals, it.state.densities)

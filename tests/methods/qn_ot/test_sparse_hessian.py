@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.methods.ot.dual import dual_hessian
-from jaxlab.methods.ot.linsolve import LinearSolver, solve_shifted
-from jaxlab.methods.ot.sparse_hessian import next_density, sparsify, sparsify_above
+from jaxlab.methods.qn_ot.sparse_hessian import next_density, sparsify, sparsify_above
+from jaxlab.ot.dual import dual_hessian
+from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 
 
 def _plan(seed, n=9, m=6, eps=0.05):

@@ -7,7 +7,8 @@ Qiu, Section 3; entries below it are dropped, diagonals kept exactly), shifts it
 trust-region ratio ``r = (f(x) - f(x + td)) / (-gᵀ(td) - ½ (td)ᵀ H_δ (td))`` decides whether to
 move (``r > 0``) and how ``μ`` changes: ``×4`` when ``r < 1/4``, ``×1/2`` (floored at ``κ``) when
 ``r > 3/4`` (their Algorithm 1). Constants ``ν₀ = 0.01``, ``κ = 10⁻³``, ``μ₀ = 1`` follow the
-authors' C++ code. Shares :mod:`sparse_hessian` and :mod:`linsolve` with SPLR.
+authors' C++ code. Shares :mod:`.sparse_hessian` and :mod:`jaxlab.ot.linsolve` with SPLR; the loop
+is :func:`jaxlab.core.iterate.iterate` on ``‖g_k‖₂``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
-from jaxlab.methods.ot.dual import dual_value_grad
-from jaxlab.methods.ot.linsolve import LinearSolver, default_linear_solver, solve_shifted
-from jaxlab.methods.ot.sparse_hessian import sparsify_above
-from jaxlab.methods.ot.splr import RawSolution, initial_point
+from jaxlab.core.iterate import below, iterate
+from jaxlab.methods.qn_ot.direction import default_linear_solver
+from jaxlab.methods.qn_ot.sparse_hessian import sparsify_above
+from jaxlab.ot.dual import dual_value_grad, initial_point, join
+from jaxlab.ot.linsolve import LinearSolver, solve_shifted
+from jaxlab.ot.output import RawSolution, raw_solution
 
 __all__ = ["ssns"]
 
@@ -31,10 +34,9 @@ class _State(NamedTuple):
     x: jnp.ndarray
     f: jnp.ndarray
     g: jnp.ndarray
+    gnorm: jnp.ndarray  # ‖g‖₂, also the driver's trace entry
     T: jnp.ndarray
     mu: jnp.ndarray
-    k: jnp.ndarray
-    errors: jnp.ndarray
     densities: jnp.ndarray
     n_evals: jnp.ndarray
 
@@ -50,39 +52,34 @@ def ssns(
     mu0: float = 1.0,
     nu0: float = 0.01,
     kappa: float = 1e-3,
-    linear_solver: LinearSolver | None = None,
+    linear_solver: LinearSolver | str | None = None,
+    init: tuple[jnp.ndarray, jnp.ndarray] | None = None,
 ) -> RawSolution:
-    """Runs SSNS until ``‖g‖₂ < tol`` (arguments as in :func:`jaxlab.methods.ot.splr.splr`)."""
+    """Runs SSNS until ``‖g‖₂ < tol`` (arguments as in :func:`jaxlab.methods.qn_ot.splr.splr`)."""
     n, m = cost.shape
-    solver = linear_solver or default_linear_solver(n + m - 1)
+    solver = LinearSolver(linear_solver or default_linear_solver(n + m - 1))
 
     def fun(x):
         return dual_value_grad(x, cost, a, b, epsilon)
 
-    x0 = initial_point(cost, a, b, epsilon)
+    x0 = initial_point(cost, a, b, epsilon) if init is None else join(*init)
     f0, g0, T0 = fun(x0)
     dtype = f0.dtype
-    errors = jnp.full(max_iter + 1, jnp.nan, dtype).at[0].set(jnp.linalg.norm(g0))
-    init = _State(
+    gnorm0 = jnp.linalg.norm(g0)
+    init_state = _State(
         x0,
         f0,
         g0,
+        gnorm0,
         T0,
         jnp.asarray(mu0, dtype),
-        jnp.zeros((), jnp.int32),
-        errors,
         jnp.full(max_iter, jnp.nan, dtype),
         jnp.ones((), jnp.int32),
     )
 
-    def cond(st):
-        err = st.errors[st.k]
-        return (err >= tol) & jnp.isfinite(st.f) & (st.k < max_iter)
-
-    def body(st):
-        gnorm = st.errors[st.k]
-        H = sparsify_above(st.T, epsilon, nu0 * gnorm)
-        d = solve_shifted(H, st.mu * gnorm, -st.g, solver)
+    def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
+        H = sparsify_above(st.T, epsilon, nu0 * st.gnorm)
+        d = solve_shifted(H, st.mu * st.gnorm, -st.g, solver)
         # Step selection over the fixed candidates: stop at the first decrease, else the best.
         steps = jnp.asarray(STEPS, dtype)
 
@@ -112,18 +109,19 @@ def ssns(
         mu = jnp.where(ratio < 0.25, 4.0 * st.mu, st.mu)
         mu = jnp.where(ratio > 0.75, jnp.maximum(0.5 * st.mu, kappa), mu)
         g = jnp.where(move, g_new, st.g)
+        gnorm = jnp.linalg.norm(g)
         n_kept = H.kept / (n * (m - 1))
-        return _State(
+        new = _State(
             jnp.where(move, st.x + step, st.x),
             jnp.where(move, f_new, st.f),
             g,
+            gnorm,
             jnp.where(move, T_new, st.T),
             mu,
-            st.k + 1,
-            st.errors.at[st.k + 1].set(jnp.linalg.norm(g)),
-            st.densities.at[st.k].set(n_kept),
+            st.densities.at[k].set(n_kept),
             st.n_evals + n_tried,
         )
+        return new, gnorm
 
-    st = lax.while_loop(cond, body, init)
-    return RawSolution(st.x, st.errors, st.densities, st.k, st.errors[st.k] < tol, st.n_evals)
+    it = iterate(step, init_state, gnorm0, max_iter=max_iter, stop=below(tol))
+    return raw_solution(it, it.state.x, it.state.n_evals, it.state.densities)

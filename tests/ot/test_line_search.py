@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.methods.ot.dual import dual_value_grad
-from jaxlab.methods.ot.line_search import more_thuente
+from jaxlab.ot.dual import dual_value_grad
+from jaxlab.ot.line_search import more_thuente
 
 
 def test_strong_wolfe_on_a_quartic(x64):

@@ -1,12 +1,9 @@
-"""OT problem generators are valid and seeded; the benchmark experiment runs at smoke size."""
-
-import json
+"""OT problem generators are valid and seeded (the benchmark experiment: tests/experiments)."""
 
 import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.core.experiment import load
 from jaxlab.data.ot_problems import image_cost, make_problem, mnist_pair, synthetic_1, synthetic_2
 
 
@@ -39,35 +36,3 @@ def test_mnist_pair_histograms_and_l1_grid_cost():
 def test_shipped_mnist_pair():
     p = make_problem("mnist", 784)
     assert p.cost.shape == (784, 784) and np.all(p.b > 0)
-
-
-def _experiment(repo_root):
-    return load(repo_root / "experiments", "ot_benchmark")
-
-
-def test_experiment_config_validation(repo_root):
-    exp = _experiment(repo_root)
-    with pytest.raises(ConfigError):
-        exp.get_config("huge")
-    with pytest.raises(ConfigError):
-        exp.Config(methods=("splr", "simplex"))
-    with pytest.raises(ConfigError):
-        exp.Config(problems=("synthetic3:10",))
-
-
-@pytest.mark.slow
-def test_experiment_smoke_run(repo_root, tmp_path):
-    exp = _experiment(repo_root)
-    cfg = exp.Config(
-        problems=("synthetic1:30",),
-        etas=(1e-2,),
-        methods=("splr", "sinkhorn"),
-        ott_variants=("plain",),
-        repeats=1,
-    )
-    summary = exp.run(cfg, tmp_path)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in rows} == {"regot_splr", "splr", "sinkhorn", "ott_plain"}
-    assert all(r["converged"] and r["plan_l1_to_ref"] < 1e-5 for r in rows)
-    assert summary["splr_converged_where_regot_does"]
-    assert list(tmp_path.glob("conv_*.png"))

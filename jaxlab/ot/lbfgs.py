@@ -5,7 +5,7 @@ Wright, *Numerical Optimization*, Algorithm 7.4) over the last ``memory`` pairs
 ``(s_i, y_i)``, with initial matrix ``γ I``, ``γ = sᵀy / yᵀy`` of the newest pair (their Eq. 7.20).
 The step comes from the same strong-Wolfe search as SPLR (:mod:`line_search`); pairs with
 ``yᵀs ≤ 10⁻¹⁰ yᵀy`` are skipped so ``H_k`` stays positive definite. Same start point and the same
-stopping rule ``‖g‖₂ < tol`` as SPLR.
+stopping rule ``‖g‖₂ < tol`` as SPLR, run by :func:`jaxlab.core.iterate.iterate`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
-from jaxlab.methods.ot.dual import dual_value_grad
-from jaxlab.methods.ot.line_search import more_thuente
-from jaxlab.methods.ot.splr import RawSolution, initial_point
+from jaxlab.core.iterate import below, iterate
+from jaxlab.ot.dual import dual_value_grad, initial_point, join
+from jaxlab.ot.line_search import more_thuente
+from jaxlab.ot.output import RawSolution, raw_solution
 
 __all__ = ["lbfgs"]
 
@@ -30,8 +31,6 @@ class _State(NamedTuple):
     S: jnp.ndarray  # (memory, k) ring buffer of steps
     Y: jnp.ndarray  # (memory, k) ring buffer of gradient changes
     count: jnp.ndarray  # pairs stored so far
-    k: jnp.ndarray
-    errors: jnp.ndarray
     n_evals: jnp.ndarray
 
 
@@ -60,7 +59,15 @@ def _two_loop(g, S, Y, count, memory: int):
 
 
 def lbfgs(
-    cost, a, b, epsilon, *, tol: float = 1e-8, max_iter: int = 5_000, memory: int = 10
+    cost,
+    a,
+    b,
+    epsilon,
+    *,
+    tol: float = 1e-8,
+    max_iter: int = 5_000,
+    memory: int = 10,
+    init: tuple[jnp.ndarray, jnp.ndarray] | None = None,
 ) -> RawSolution:
     """Runs L-BFGS with a strong-Wolfe line search on the dual until ``‖g‖₂ < tol``.
 
@@ -71,24 +78,21 @@ def lbfgs(
       tol: stop at ``‖g‖₂ < tol``.
       max_iter: iteration budget.
       memory: number of stored ``(s, y)`` pairs.
+      init: initial potentials ``(α₀, β₀)`` (warm start); None starts from
+        :func:`~jaxlab.ot.dual.initial_point`.
     """
 
     def fun(x):
         return dual_value_grad(x, cost, a, b, epsilon)
 
-    x0 = initial_point(cost, a, b, epsilon)
+    x0 = initial_point(cost, a, b, epsilon) if init is None else join(*init)
     f0, g0, T0 = fun(x0)
     size, dtype = x0.shape[0], f0.dtype
-    errors = jnp.full(max_iter + 1, jnp.nan, dtype).at[0].set(jnp.linalg.norm(g0))
     zeros = jnp.zeros((memory, size), dtype)
     zero = jnp.zeros((), jnp.int32)
-    init = _State(x0, f0, g0, T0, zeros, zeros, zero, zero, errors, zero + 1)
+    init_state = _State(x0, f0, g0, T0, zeros, zeros, zero, zero + 1)
 
-    def cond(st):
-        err = st.errors[st.k]
-        return (err >= tol) & jnp.isfinite(st.f) & (st.k < max_iter)
-
-    def body(st):
+    def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
         d = -_two_loop(st.g, st.S, st.Y, st.count, memory)
         d = jnp.where(st.g @ d < 0, d, -st.g)
         # The first step has no curvature information: scale it to unit length.
@@ -99,25 +103,10 @@ def lbfgs(
         slot = st.count % memory
         S = jnp.where(keep, st.S.at[slot].set(s), st.S)
         Y = jnp.where(keep, st.Y.at[slot].set(y), st.Y)
-        return _State(
-            st.x + s,
-            ls.value,
-            ls.grad,
-            ls.aux,
-            S,
-            Y,
-            st.count + keep,
-            st.k + 1,
-            st.errors.at[st.k + 1].set(jnp.linalg.norm(ls.grad)),
-            st.n_evals + ls.n_evals,
+        new = _State(
+            st.x + s, ls.value, ls.grad, ls.aux, S, Y, st.count + keep, st.n_evals + ls.n_evals
         )
+        return new, jnp.linalg.norm(ls.grad)
 
-    st = lax.while_loop(cond, body, init)
-    return RawSolution(
-        x=st.x,
-        errors=st.errors,
-        densities=jnp.full(max_iter, jnp.nan, dtype),
-        n_iters=st.k,
-        converged=st.errors[st.k] < tol,
-        n_evals=st.n_evals,
-    )
+    it = iterate(step, init_state, jnp.linalg.norm(g0), max_iter=max_iter, stop=below(tol))
+    return raw_solution(it, it.state.x, it.state.n_evals)

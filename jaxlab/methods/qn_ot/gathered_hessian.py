@@ -3,7 +3,7 @@
 Wang & Qiu (ICML 2025), Section 3.1 keeps about ``ρ n (m-1)`` entries of the off-diagonal block
 ``T̃ / η`` (``ρ ≤ ρ_max = 0.01`` by default), so a conjugate-gradient step on the Schur complement
 (Section 3.3) should cost ``O(|Ω|)``, not ``O(nm)`` as with the masked dense block of
-:class:`jaxlab.methods.ot.sparse_hessian.SparseHessian`. Here ``Ω`` is stored as ``capacity``
+:class:`jaxlab.methods.qn_ot.sparse_hessian.SparseHessian`. Here ``Ω`` is stored as ``capacity``
 (static) triplets ``(row, col, value)`` in row-major order; unused slots carry value 0 and
 the last index, so they add nothing to a product. The products are a gather and a ``segment_sum``.
 
@@ -15,7 +15,7 @@ defaults to twice the largest kept count plus row and column 0; should the mask 
 entries (ties, or the sampled quantile of large problems), the last ones in row-major order are
 dropped. Any ``Ω`` keeps
 ``H_Ω + τI`` positive definite (Section 3.1), so a truncated ``Ω`` is still a valid SPLR matrix.
-:class:`SparseHessian` is the oracle: ``tests/methods/ot`` checks the products agree.
+:class:`SparseHessian` is the oracle: ``tests/methods/qn_ot`` checks the products agree.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxlab.methods.ot.sparse_hessian import SAMPLE_CAP, _threshold, quantile_sample
+from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP, quantile_sample, top_threshold
 
 __all__ = ["GatheredHessian", "compact", "default_capacity", "sparsify_gathered"]
 
@@ -128,7 +128,7 @@ def sparsify_gathered(
     sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
     sample_cap: int = SAMPLE_CAP,
 ) -> GatheredHessian:
-    """:func:`jaxlab.methods.ot.sparse_hessian.sparsify` in gathered form (Section 3.1).
+    """:func:`jaxlab.methods.qn_ot.sparse_hessian.sparsify` in gathered form (Section 3.1).
 
     Args:
       T: current plan ``exp((α ⊕ β - M) / η)``.
@@ -142,7 +142,7 @@ def sparsify_gathered(
     T_t = T[:, :-1]
     n, m1 = T_t.shape
     flat = T_t.reshape(-1)
-    threshold = _threshold(quantile_sample(flat, sample_cap), density)
+    threshold = top_threshold(quantile_sample(flat, sample_cap), density)
     top = T_t >= threshold
     kept = jnp.sum(top, dtype=jnp.int32)
     # Row 0 and column 0 are always kept (Section 3.1; the authors' `preserve` option).

@@ -1,0 +1,170 @@
+"""Side-by-side convergence benchmark: jaxlab's solvers, ott-jax's Sinkhorn and the C++ SPLR.
+
+The protocol of Wang & Qiu (ICML 2025, Section 5) at CPU size: for each problem and ``η``, every
+method runs to ``‖g‖₂ < tol`` (or its budget) in this process, on the same float64 input; we record
+iterations, seconds, the final error, the ℓ1 distance of the plan to a long reference solve (C++
+SPLR, tol 1e-10), and the ``‖g‖`` traces. The C++ anchor is ``regot.sinkhorn_splr`` (the authors'
+package); ott-jax's ``Sinkhorn`` runs as the library baseline (``lse_mode``, ``norm_error=2``,
+``inner_iterations=1``; plain, momentum and Anderson acceleration).
+
+Every solver is a :class:`Runner` (a zero-argument call and a function that turns its result into
+a table row), and :func:`run_case` times all of a case's runners with one protocol,
+:func:`jaxlab.core.timing.time_interleaved`: one warm-up call each (JAX programs are compiled
+ahead of time before it), then ``repeats`` interleaved rounds, the median per solver. JAX solvers
+are timed as their compiled program on device-resident inputs, ``regot`` as its Python call.
+Per-iteration times of the JAX solvers are not observable inside a compiled loop; their time axis
+spreads the median evenly over the iterations (``regot`` reports real per-iteration times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.timing import time_interleaved
+from jaxlab.data.ot_problems import OTProblem
+from jaxlab.methods.qn_ot.api import compile_solve
+
+__all__ = ["Runner", "jaxlab_runner", "ott_runner", "reference_plan", "regot_runner", "run_case"]
+
+
+class Runner(NamedTuple):
+    """One solver on one problem: ``call()`` runs it once; ``row(result, seconds)`` tabulates it."""
+
+    name: str
+    call: Callable[[], Any]
+    row: Callable[[Any, float], dict[str, Any]]
+
+
+def _trace_row(method, errors, times, seconds, converged, plan, ref) -> dict[str, Any]:
+    errors = np.asarray(errors, np.float64)
+    return {
+        "method": method,
+        "iters": int(len(errors) - 1),
+        "seconds": float(seconds),
+        "converged": bool(converged),
+        "final_error": float(errors[-1]),
+        "plan_l1_to_ref": float(np.abs(np.asarray(plan) - ref).sum()) if ref is not None else None,
+        "errors": errors,
+        "times": np.asarray(times, np.float64),
+    }
+
+
+def run_case(runners: list[Runner], repeats: int) -> list[dict[str, Any]]:
+    """Times ``runners`` side by side (:func:`~jaxlab.core.timing.time_interleaved`, median of
+    ``repeats`` after one warm-up) and returns one row per runner, built from its last result."""
+    results: dict[str, Any] = {}
+
+    def keeping(runner: Runner) -> Callable[[], Any]:
+        def call():
+            results[runner.name] = runner.call()
+            return results[runner.name]
+
+        return call
+
+    timings = time_interleaved({r.name: keeping(r) for r in runners}, repeats=repeats, warmup=1)
+    return [r.row(results[r.name], timings[r.name].median) for r in runners]
+
+
+def jaxlab_runner(
+    problem: OTProblem, eta: float, method: str, tol: float, max_iter: int, ref=None
+) -> Runner:
+    """``solve(method=...)``'s compiled program (compiled here, before any timing)."""
+    compiled = compile_solve(
+        problem.a, problem.b, problem.cost, epsilon=eta, method=method, tol=tol, max_iter=max_iter
+    )
+
+    def row(raw, seconds):
+        out = compiled.output(raw, seconds)
+        k = int(out.n_iter)
+        errors = np.asarray(out.errors[: k + 1])
+        times = np.linspace(0.0, seconds, k + 1)
+        return _trace_row(method, errors, times, seconds, out.converged, out.matrix, ref)
+
+    return Runner(method, compiled, row)
+
+
+def _regot():
+    """The authors' C++ package, an optional dependency of the benchmark only."""
+    try:
+        import regot
+    except ImportError:
+        raise ConfigError(
+            "ot_benchmark compares against the C++ SPLR in `regot`: pip install -e '.[bench]'"
+        ) from None
+    return regot
+
+
+def regot_runner(problem: OTProblem, eta: float, tol: float, max_iter: int, ref=None) -> Runner:
+    """The authors' C++ SPLR (``regot.sinkhorn_splr``), a plain Python call."""
+    regot = _regot()
+    cost = np.asfortranarray(problem.cost)
+
+    def call():
+        return regot.sinkhorn_splr(cost, problem.a, problem.b, eta, tol=tol, max_iter=max_iter)
+
+    def row(res, seconds):
+        errors = np.asarray(res.mar_errs)
+        times = np.asarray(res.run_times) / 1000.0
+        return _trace_row("regot_splr", errors, times, seconds, errors[-1] < tol, res.plan, ref)
+
+    return Runner("regot_splr", call, row)
+
+
+def reference_plan(problem: OTProblem, eta: float, tol: float = 1e-10) -> tuple[np.ndarray, float]:
+    """A long C++ SPLR solve (independent of this package) and its final marginal error."""
+    regot = _regot()
+
+    res = regot.sinkhorn_splr(
+        np.asfortranarray(problem.cost), problem.a, problem.b, eta, tol=tol, max_iter=1000
+    )
+    return np.asarray(res.plan), float(res.mar_errs[-1])
+
+
+def ott_runner(
+    problem: OTProblem, eta: float, variant: str, tol: float, max_iter: int, ref=None
+) -> Runner:
+    """ott-jax ``Sinkhorn`` (x64, lse_mode, norm_error=2, one inner iteration), compiled here.
+
+    Call it inside ``jax.enable_x64(True)`` (the benchmark runs in that scope).
+    """
+    from ott.geometry.geometry import Geometry
+    from ott.problems.linear.linear_problem import LinearProblem
+    from ott.solvers.linear import acceleration
+    from ott.solvers.linear.sinkhorn import Sinkhorn
+
+    extra = {
+        "plain": {},
+        "momentum": {"momentum": acceleration.Momentum(start=20, value=1.5)},
+        "anderson": {"anderson": acceleration.AndersonAcceleration(memory=5)},
+    }[variant]
+    solver = Sinkhorn(
+        lse_mode=True,
+        threshold=tol,
+        norm_error=2,
+        inner_iterations=1,
+        min_iterations=0,
+        max_iterations=max_iter,
+        **extra,
+    )
+
+    def run(cost, a, b):
+        out = solver(LinearProblem(Geometry(cost_matrix=cost, epsilon=eta), a=a, b=b))
+        return out.matrix, out.errors, out.n_iters, out.converged
+
+    args = tuple(jnp.asarray(x, jnp.float64) for x in (problem.cost, problem.a, problem.b))
+    compiled = jax.jit(run).lower(*args).compile()
+
+    def row(result, seconds):
+        plan, errors, n_iters, converged = result
+        errors = np.asarray(errors)
+        errors = errors[errors >= 0][: int(n_iters) + 1]
+        times = np.linspace(0.0, seconds, len(errors))
+        return _trace_row(f"ott_{variant}", errors, times, seconds, converged, plan, ref)
+
+    return Runner(f"ott_{variant}", lambda: compiled(*args), row)

@@ -1,0 +1,73 @@
+"""The SPLR search direction: which storage of ``H_Ω``, which solver, and the rank-2 correction.
+
+Wang & Qiu (ICML 2025), Section 3.2: the SPLR matrix is ``B = B₀ - B₀ssᵀB₀/(sᵀB₀s) + yyᵀ/(yᵀs)``
+with ``B₀ = H_Ω + τI`` (the BFGS update of ``B₀`` by the last pair ``s = x_k - x_{k-1}``,
+``y = g_k - g_{k-1}``), and the search direction is ``d = -B⁻¹g``. The paper applies
+Sherman–Morrison–Woodbury, which needs ``B₀⁻¹g`` and ``B₀⁻¹y`` (two solves with one operator). We
+use the algebraically identical inverse-BFGS form
+
+    B⁻¹ = (I - ρ s yᵀ) B₀⁻¹ (I - ρ y sᵀ) + ρ s sᵀ,      ρ = 1 / (yᵀs),
+
+which needs a single solve with ``B₀`` per iteration; ``tests/methods/qn_ot/test_direction.py``
+checks it against the Woodbury form and the secant condition ``B⁻¹y = s``. ``B₀`` itself is solved
+by :func:`jaxlab.ot.linsolve.solve_shifted` (Cholesky for small problems, PCG on the Schur
+complement otherwise, Section 3.3) on ``H_Ω`` stored as a masked dense block
+(:mod:`.sparse_hessian`) or as triplets (:mod:`.gathered_hessian`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from jaxlab.methods.qn_ot.gathered_hessian import GatheredHessian, sparsify_gathered
+from jaxlab.methods.qn_ot.sparse_hessian import SparseHessian, sparsify
+from jaxlab.ot.linsolve import LinearSolver
+
+__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction"]
+
+# Above this many unknowns the O(k³) factorisation costs more than CG on the Schur complement.
+CHOLESKY_MAX_SIZE = 128
+# Above this ρ_max the gathered triplets cost more than the masked dense block.
+SPARSE_MAX_DENSITY = 0.1
+
+
+def default_linear_solver(size: int, density_max: float = 1.0) -> LinearSolver:
+    """Cholesky up to :data:`CHOLESKY_MAX_SIZE` unknowns; beyond, gathered CG for sparse ``Ω``."""
+    if size <= CHOLESKY_MAX_SIZE:
+        return LinearSolver.CHOLESKY
+    return LinearSolver.SPARSE_CG if density_max <= SPARSE_MAX_DENSITY else LinearSolver.CG
+
+
+def build_hessian(
+    T, epsilon, density, solver: LinearSolver, capacity: int, sums=None
+) -> SparseHessian | GatheredHessian:
+    """``H_Ω`` of top-``density`` entries in the storage ``solver`` works on (Section 3.1).
+
+    ``sums``: optional ``(T 1, T̃ᵀ 1)``, reused by the gathered form.
+    """
+    if solver is LinearSolver.SPARSE_CG:
+        return sparsify_gathered(T, epsilon, density, capacity, sums=sums)
+    return sparsify(T, epsilon, density)
+
+
+def inverse_bfgs_direction(
+    solve,
+    g: Float[Array, " k"],
+    s: Float[Array, " k"],
+    y: Float[Array, " k"],
+    use_low_rank,
+) -> Float[Array, " k"]:
+    """``d = -B⁻¹g`` with ``B`` the BFGS update of ``B₀`` by ``(s, y)`` (Section 3.2).
+
+    Args:
+      solve: ``r ↦ B₀⁻¹ r``.
+      g: gradient.
+      s, y: last step and gradient change.
+      use_low_rank: traced bool; when false ``d = -B₀⁻¹g`` (first iteration, or ``yᵀs`` too small).
+    """
+    ys = y @ s
+    rho = jnp.where(use_low_rank, 1.0 / jnp.where(ys == 0, 1.0, ys), 0.0)
+    sg = s @ g
+    w = solve(g - rho * sg * y)
+    return -(w - rho * (y @ w) * s + rho * sg * s)

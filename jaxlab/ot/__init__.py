@@ -1,0 +1,37 @@
+"""Optimal transport as a library: the problem, the dual, Sinkhorn, and the parts solvers share.
+
+What every OT method in jaxlab builds on (SPLR in :mod:`jaxlab.methods.qn_ot`, WARMPOT to come):
+
+* :mod:`.problem` — the problem as arrays ``(cost, a, b, ε)`` read from ott-jax's ``Geometry`` /
+  ``LinearProblem`` (jaxlab defines no problem class of its own), and the input checks;
+* :mod:`.dual` — the entropic-OT dual, its gradient and Hessian, the plan, the gauge ``β_m = 0``
+  and the common start point (Wang & Qiu, ICML 2025, Eqs. 3–4);
+* :mod:`.sinkhorn` — log-domain Sinkhorn that accepts initial potentials (warm start);
+  :mod:`.lbfgs` — L-BFGS on the dual;
+* :mod:`.line_search` — Moré–Thuente strong-Wolfe search; :mod:`.linsolve` — Cholesky and
+  Schur-complement PCG for shifted arrow-structured Hessians;
+* :mod:`.output` — :class:`OTOutput` (``matrix``, ``potentials``, ``errors``, ``n_iter``,
+  ``converged``, ``seconds``, ...), the output every OT solver returns;
+* :mod:`.differentiation` — the OT value from optimal potentials with envelope-theorem gradients.
+
+Every iterative solver here runs on :func:`jaxlab.core.iterate.iterate` (one convergence test, one
+error trace; a non-finite value is never counted as converged). Partial transport (entropic and
+exact, with masses) will live in ``jaxlab/ot/partial.py``, built in the WARMPOT issue. This package
+imports :mod:`jaxlab.core` and ott-jax, never :mod:`jaxlab.methods`.
+"""
+
+from jaxlab.ot.differentiation import value_from_potentials
+from jaxlab.ot.lbfgs import lbfgs
+from jaxlab.ot.linsolve import LinearSolver
+from jaxlab.ot.output import OTOutput, RawSolution, to_output
+from jaxlab.ot.sinkhorn import sinkhorn
+
+__all__ = [
+    "LinearSolver",
+    "OTOutput",
+    "RawSolution",
+    "lbfgs",
+    "sinkhorn",
+    "to_output",
+    "value_from_potentials",
+]

@@ -1,0 +1,77 @@
+"""The ot_benchmark experiment: config validation, its CLI errors, and a small run."""
+
+import json
+import sys
+
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.experiment import load
+
+
+@pytest.fixture(scope="module")
+def exp(repo_root):
+    return load(repo_root / "experiments", "ot_benchmark")
+
+
+def test_experiment_config_validation(exp):
+    with pytest.raises(ConfigError):
+        exp.get_config("huge")
+    with pytest.raises(ConfigError):
+        exp.Config(methods=("splr", "simplex"))
+    with pytest.raises(ConfigError):
+        exp.Config(problems=("synthetic3:10",))
+
+
+@pytest.fixture(scope="module")
+def run_main(repo_root):
+    sys.path.insert(0, str(repo_root / "experiments"))
+    import run  # experiments/run.py
+
+    return run.main
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # An empty list ran nothing and reported the claim as true.
+        (["--set", "problems="], "problems is empty"),
+        (["--set", "etas="], "etas is empty"),
+        (["--set", "preset=huge"], "unknown preset 'huge' for ot_benchmark"),
+        (["--set", "methods=splr,simplex"], "unknown method 'simplex'"),
+    ],
+)
+def test_cli_errors_exit_2_with_one_line(run_main, capsys, tmp_path, argv, message):
+    assert run_main(["--exp", "ot_benchmark", "--workdir", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("error:")
+
+
+@pytest.mark.slow
+def test_experiment_small_run(exp, tmp_path):
+    cfg = exp.Config(
+        problems=("synthetic1:30",),
+        etas=(1e-2,),
+        methods=("splr", "sinkhorn"),
+        ott_variants=("plain",),
+        repeats=2,
+    )
+    summary = exp.run(cfg, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"regot_splr", "splr", "sinkhorn", "ott_plain"}
+    assert all(r["converged"] and r["plan_l1_to_ref"] < 1e-5 for r in rows)
+    assert summary["splr_converged_where_regot_does"]
+    head = summary["headline"]
+    case = "synthetic1_n30_eta0.01"
+    assert head["splr_converged_where_regot_does"] is True
+    assert head[f"{case}.splr_iters"] == summary["cases"][case]["splr"]["iters"]
+    assert head[f"{case}.sinkhorn_converged"] is True
+    assert head[f"{case}.splr_over_regot_seconds"] > 0
+    assert summary["timing"] == {"warmup": 1, "repeats": 2, "statistic": "median"}
+    assert list(tmp_path.glob("conv_*.png"))
+
+
+def test_claim_is_untested_without_splr(exp):
+    # Without an SPLR row the verdict is None (not tested), never a vacuous True.
+    cases = {"c": {"regot_splr": {"iters": 5, "converged": True}, "splr_over_regot_seconds": None}}
+    assert exp.claim_headline(cases)["splr_converged_where_regot_does"] is None
