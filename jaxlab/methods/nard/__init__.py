@@ -10,13 +10,14 @@ the JAX graphical lasso they share; :func:`log_marginal_likelihood` evaluates th
 See ``README.md`` in this folder for the derivations and measured results.
 """
 
-from jaxlab.methods.nard.api import METHODS, NARDResult, fit
+from jaxlab.methods.nard.api import METHODS, Method, NARDResult, fit
 from jaxlab.methods.nard.cv import select_lam
 from jaxlab.methods.nard.glasso import GlassoResult, graphical_lasso
 from jaxlab.methods.nard.model import log_marginal_likelihood
 
 __all__ = [
     "METHODS",
+    "Method",
     "GlassoResult",
     "NARDResult",
     "fit",

@@ -23,9 +23,9 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.nard.cv import check_lam, select_lam
-from jaxlab.methods.nard.solve import METHODS, run_solver
+from jaxlab.methods.nard.solve import METHODS, Method, run_solver
 
-__all__ = ["METHODS", "NARDResult", "fit", "run_solver", "validate"]
+__all__ = ["METHODS", "Method", "NARDResult", "fit", "run_solver", "validate"]
 
 DEFAULT_MAX_ITER = {
     "nard": 500,

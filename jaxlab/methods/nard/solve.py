@@ -13,6 +13,7 @@ compilation it exists to exclude has already happened).
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple
 
 import jax
@@ -28,11 +29,21 @@ from jaxlab.methods.nard.sequential import solve_sequential
 from jaxlab.methods.nard.sequential_surrogate import solve_sequential_surrogate
 from jaxlab.methods.nard.surrogate import solve_surrogate
 
-__all__ = ["METHODS", "SURROGATE_METHODS", "SolverRun", "run_solver", "solver_inputs"]
+__all__ = ["METHODS", "SURROGATE_METHODS", "Method", "SolverRun", "run_solver", "solver_inputs"]
 
-METHODS = ("nard", "sequential", "surrogate", "sequential_surrogate")
+
+class Method(enum.StrEnum):
+    """The four NARD algorithms (Zhang et al., ICML 2025, Sec. 4)."""
+
+    NARD = "nard"
+    SEQUENTIAL = "sequential"
+    SURROGATE = "surrogate"
+    SEQUENTIAL_SURROGATE = "sequential_surrogate"
+
+
+METHODS = tuple(m.value for m in Method)
 # The methods that never form the d×d Gram matrix XXᵀ.
-SURROGATE_METHODS = ("surrogate", "sequential_surrogate")
+SURROGATE_METHODS = (Method.SURROGATE.value, Method.SEQUENTIAL_SURROGATE.value)
 
 
 class SolverRun(NamedTuple):
