@@ -94,7 +94,7 @@ def test_sigkill_then_rerun_ends_with_same_metrics(repo_root, uninterrupted, tmp
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = max(r["step"] for r in read_metrics(tmp_path))
-    assert 10 <= killed_at < 30
+    assert 10 <= killed_at < 60
 
     done = subprocess.run(
         _command(tmp_path), cwd=repo_root, env=_env(8), capture_output=True, text=True, timeout=300

@@ -155,3 +155,23 @@ def test_batch_must_split_into_micro_batches_over_devices(tmp_path):
     cfg = dataclasses.replace(CFG, grad_accum_steps=2)  # 8 rows, 2 micro-batches, 8 devices
     with pytest.raises(ConfigError, match="grad_accum_steps=2 micro-batches.*multiple of 16"):
         run_training(ToyTask(), cfg, tmp_path, verbose=False)
+
+
+def _poison(state: TrainState, step: jax.Array) -> TrainState:
+    state.model.mlp.up.kernel[...] = state.model.mlp.up.kernel[...] * jnp.nan
+    return state
+
+
+@dataclasses.dataclass
+class PoisonedHookTask(ToyTask):
+    def state_hooks(self):
+        return (StateHook(every=6, fn=_poison, name="poison hook"),)
+
+
+def test_hook_that_breaks_the_state_stops_the_run_and_keeps_the_checkpoint(tmp_path):
+    from jaxlab.core.errors import RunError
+
+    with pytest.raises(RunError, match=r"non-finite train state after poison hook at step 6; "
+                       r"the last good checkpoint \(step 4\) is kept"):  # fmt: skip
+        run_training(PoisonedHookTask(), dataclasses.replace(CFG, log_every=3), tmp_path)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["4"]
