@@ -26,9 +26,22 @@ cosine mid-run. ``train.steps`` below the checkpoint's step is refused. The sche
 (``train.learning_rate``, ``warmup_steps``, ``min_lr_ratio``) and ``grad_clip`` are read from the
 current config, so a diverged run is resumed with a lower learning rate by changing only that.
 
-The loop knows nothing about methods: it drives any object satisfying
-:class:`~jaxlab.core.task.Task`, including a task's own optimizer, non-parameter state and state
-hooks (see :mod:`jaxlab.core.task` for that protocol).
+The loop knows nothing about methods: it drives any object satisfying the
+:class:`~jaxlab.core.task.Task` protocol (:mod:`jaxlab.core.task` has the details)::
+
+    build_model(rngs) -> nnx.Module
+    loss(model, batch, key) -> (objective, metrics)      # metrics include "loss"
+    train_iterator(batch_size, seed) -> checkpointable iterator of host batches
+    eval_batches(batch_size, num_batches) -> list of host batches
+    units_per_example() -> (count, unit name)          # e.g. (seq_len, "tokens")
+    # optional:
+    optimizer(cfg, schedule) -> optax.GradientTransformation   # instead of the loop's AdamW
+    init_task_state(key) -> pytree   # then loss(model, batch, key, task_state)
+                                     #        -> (objective, metrics, new_task_state)
+    state_hooks() -> [StateHook(every=k, fn=lambda train_state, step: train_state)]
+
+Task state and hook changes are part of every checkpoint, so kill and resume give the same run.
+Plain callables on the logged rows (``hooks=``) read metrics and cannot change the state.
 """
 
 from __future__ import annotations

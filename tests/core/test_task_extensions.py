@@ -175,3 +175,15 @@ def test_hook_that_breaks_the_state_stops_the_run_and_keeps_the_checkpoint(tmp_p
                        r"the last good checkpoint \(step 4\) is kept"):  # fmt: skip
         run_training(PoisonedHookTask(), dataclasses.replace(CFG, log_every=3), tmp_path)
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["4"]
+
+
+def test_units_per_example_and_the_older_tokens_per_example():
+    from jaxlab.core.task import units_per_example
+
+    class Old:
+        def tokens_per_example(self):
+            return 128
+
+    assert units_per_example(Old()) == (128, "tokens")
+    assert units_per_example(ToyTask()) == (1, "examples")
+    assert units_per_example(object()) == (1, "examples")
