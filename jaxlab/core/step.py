@@ -15,7 +15,8 @@ rows (row ``j`` goes to micro-batch ``j mod k``, so each micro-batch stays sprea
 data-parallel devices), their gradients are summed in a ``lax.scan`` and divided by k before one
 optimizer update. For a loss that is a mean over equally sized rows this is the gradient of the
 full batch, at the memory of one micro-batch. A task state is threaded through the micro-batches in
-order.
+order. The loss must not mutate the model (randomness comes from the key, carried state from the
+task state): inside the scan the model is rebuilt from its arrays for every micro-batch.
 """
 
 from __future__ import annotations
