@@ -71,6 +71,7 @@ class Config:
     def __post_init__(self) -> None:
         check(len(self.widths) == len(self.layers), "widths and layers need the same length")
         check(len(self.widths) >= 2 or self.paper_pairs, "rmt_scaling needs at least two sizes")
+        check(self.head_dim > 0, f"head_dim must be positive, got {self.head_dim}")
         for w in self.widths:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
         check(self.d_key >= 0 and self.residual_ratio > 0, "need d_key >= 0, residual_ratio > 0")

@@ -5,6 +5,9 @@ the config keys of ``--exp`` with their current values. Experiments are the modu
 found by name. User errors (unknown keys, wrong types, invalid combinations) print one line and exit
 with status 2; a run that cannot go on (non-finite loss, damaged checkpoint) exits with status 1.
 Re-running the same command on the same ``--workdir`` (default ``runs/NAME``) resumes the run.
+JAX's persistent compilation cache is on (``JAXLAB_COMPILATION_CACHE=<dir>|off`` changes it; see
+:mod:`jaxlab.core.compile_cache`), so a second start of the same shapes skips most compilation.
+After a run, the experiment's ``headline`` (the numbers that answer its claim) is printed first.
 """
 
 from __future__ import annotations
@@ -17,8 +20,20 @@ EXP_DIR = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installing, too.
 
 from jaxlab.core import experiment  # noqa: E402
+from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
 from jaxlab.core.errors import ConfigError, RunError  # noqa: E402
+
+
+def print_headline(headline: dict | None) -> None:
+    """Prints an experiment's headline (a flat dict) as aligned ``name  value`` lines."""
+    if not headline:
+        return
+    print("headline:")
+    width = max(map(len, headline))
+    for name, value in headline.items():
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"  {name:<{width}}  {shown}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     value = getattr(value, part)
                 print(f"{key} = {value!r}")
             return 0
+        enable_compilation_cache()
         summary = experiment.launch(
             EXP_DIR, args.exp, overrides=overrides, smoke=args.smoke, workdir=args.workdir
         )
@@ -70,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
+    print_headline(summary.get("headline"))
     shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}
     print("summary:", ", ".join(f"{k}={v}" for k, v in shown.items()))
     print(

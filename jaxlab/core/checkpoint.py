@@ -7,7 +7,9 @@ iterator yields exactly the next batch) and ``meta`` (JSON: step, base RNG key, 
 accumulators, the resolved config). Orbax writes each step into a temporary directory and renames it
 when complete, so a kill mid-save leaves the previous steps intact. On restore, a step that fails to
 load (damaged files) is reported and the previous one is tried; if none loads the run stops with a
-:class:`~jaxlab.core.errors.RunError` — it never silently starts from scratch.
+:class:`~jaxlab.core.errors.RunError` — it never silently starts from scratch. In a multi-process
+run only process 0 moves damaged steps aside; the others wait for it at a barrier, then reload the
+directory listing, so no two processes rename the same directory.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from __future__ import annotations
 import pathlib
 import shutil
 import sys
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import grain
+import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from jaxlab.core.errors import RunError
 
@@ -34,11 +39,34 @@ class Restored(NamedTuple):
     fell_back_from: tuple[int, ...]  # newer steps that were damaged and skipped
 
 
-class Checkpointer:
-    """Saves and restores run checkpoints under ``directory``, keeping the last ``keep``."""
+def sync_processes(name: str) -> None:
+    """A barrier across the processes of a multi-process run (nothing to wait for otherwise)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
 
-    def __init__(self, directory: str | pathlib.Path, *, keep: int = 3):
+
+class Checkpointer:
+    """Saves and restores run checkpoints under ``directory``, keeping the last ``keep``.
+
+    Args:
+      directory: where the step directories live.
+      keep: how many of the newest steps to keep.
+      primary: whether this process may move damaged steps aside (default: process 0).
+      barrier: waits for all processes (default :func:`sync_processes`); called on every process
+        after the primary one has moved damaged steps, before the listing is reloaded.
+    """
+
+    def __init__(
+        self,
+        directory: str | pathlib.Path,
+        *,
+        keep: int = 3,
+        primary: bool | None = None,
+        barrier: Callable[[str], None] = sync_processes,
+    ):
         self.directory = pathlib.Path(directory).absolute()
+        self.primary = jax.process_index() == 0 if primary is None else primary
+        self.barrier = barrier
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -108,10 +136,13 @@ class Checkpointer:
                 continue
             if damaged:
                 # Move damaged steps aside (kept for inspection) so that they can be re-written.
-                for bad in damaged:
-                    target = self.directory.parent / f"damaged-checkpoint-{bad}"
-                    shutil.rmtree(target, ignore_errors=True)
-                    (self.directory / str(bad)).rename(target)
+                # One process renames; the others wait for it, then all re-read the listing.
+                if self.primary:
+                    for bad in damaged:
+                        target = self.directory.parent / f"damaged-checkpoint-{bad}"
+                        shutil.rmtree(target, ignore_errors=True)
+                        (self.directory / str(bad)).rename(target)
+                self.barrier("jaxlab_damaged_checkpoints_moved")
                 self.manager.reload()
                 print(
                     f"resuming from step {step}; damaged steps {damaged} were moved to "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -81,7 +82,10 @@ class TrainConfig:
     The schedule is linear warmup to ``learning_rate`` then cosine decay to
     ``learning_rate * min_lr_ratio`` at ``steps``; AdamW with decoupled weight decay applied only to
     parameters with two or more dimensions (norm scales, biases are not decayed), after global-norm
-    clipping at ``grad_clip`` (0 disables it).
+    clipping at ``grad_clip`` (0 disables it). A run extended on resume (``steps`` raised) keeps the
+    schedule length of the run that started it (see :func:`jaxlab.core.loop.run_training`).
+    ``grad_accum_steps`` splits each global batch of ``batch_size`` rows into that many
+    micro-batches whose gradients are averaged before one update (same update, less memory).
     """
 
     steps: int = 1000
@@ -95,6 +99,7 @@ class TrainConfig:
     b2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0
+    grad_accum_steps: int = 1
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     eval_every: int = 200
@@ -107,11 +112,24 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(self.steps > 0, f"train.steps must be positive, got {self.steps}")
         check(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
-        check(self.learning_rate > 0, f"train.learning_rate must be > 0, got {self.learning_rate}")
+        check(
+            0 < self.learning_rate < math.inf,
+            f"train.learning_rate must be positive and finite, got {self.learning_rate}",
+        )
         check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
         check(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio must lie in [0, 1]")
-        check(self.weight_decay >= 0, "train.weight_decay must be >= 0")
-        check(self.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables clipping)")
+        check(0 <= self.weight_decay < math.inf, "train.weight_decay must be >= 0 and finite")
+        for name in ("b1", "b2"):
+            value = getattr(self, name)
+            check(
+                0.0 <= value < 1.0, f"train.{name} must lie in [0, 1) (Adam's decay), got {value}"
+            )
+        check(0 <= self.eps < math.inf, f"train.eps must be >= 0 and finite, got {self.eps}")
+        check(0 <= self.grad_clip < math.inf, "train.grad_clip must be >= 0 (0 disables clipping)")
+        check(
+            self.grad_accum_steps > 0,
+            "train.grad_accum_steps must be positive (1: no accumulation)",
+        )
         for name in ("checkpoint_every", "eval_every", "log_every", "keep_checkpoints"):
             check(getattr(self, name) > 0, f"train.{name} must be positive")
         check(self.eval_batches > 0, "train.eval_batches must be positive")

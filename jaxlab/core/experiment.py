@@ -10,9 +10,31 @@ An experiment is one module ``experiments/<name>.py`` (names starting with ``_``
 * ``run(cfg, workdir: pathlib.Path) -> dict``: does the work, writes ``metrics.jsonl``, plots into
   ``workdir`` and returns the summary, which :func:`launch` writes to ``summary.json``.
 
-Experiments are found by module name: there is no table to edit. ``launch`` writes ``config.json``
-before running and refuses a workdir that holds a run with a different config (other than
-``train.steps``, which may be raised to extend a run), so re-running a command resumes it.
+Experiments are found by module name: there is no table to edit. ``launch`` checks the workdir,
+locks it for the run (a second run on the same workdir refuses in one line), writes ``config.json``
+and runs the experiment; re-running a command resumes it.
+
+A workdir *holds a run* when it has a checkpoint (its own or a sub-run's) or a finished
+``summary.json`` (:func:`jaxlab.core.workdir.holds_run`). Such a workdir is refused when the new
+config differs from its ``config.json`` in anything but :data:`RESUMABLE_CHANGES`. A workdir that
+holds no run (for instance one whose command failed on a config error before its first checkpoint)
+has its ``config.json`` replaced, so the corrected command just runs.
+
+Which keys may change on resume, and why (:data:`RESUMABLE_CHANGES`):
+
+* ``train.steps`` — extending a finished run is common; the schedule keeps its original length
+  (see :mod:`jaxlab.core.loop`), and lowering it below the reached step is refused there.
+* ``train.learning_rate``, ``train.warmup_steps``, ``train.min_lr_ratio``, ``train.grad_clip`` —
+  what a user changes after a divergence (the loop's NaN error names them). They are not part of
+  the checkpointed state: the schedule is a function of the step and the optimizer state has the
+  same structure with or without clipping, so the resumed run continues from the checkpoint with the
+  new values; every checkpoint records the values it was trained with.
+* ``train.log_every``, ``train.eval_every``, ``train.checkpoint_every``, ``train.keep_checkpoints``,
+  ``train.tensorboard``, ``train.wandb``, ``train.wandb_project`` — when and where results are
+  written, not what is trained.
+
+Everything else (model, data, batch size, seed, optimizer moments, mesh, accumulation) defines what
+the checkpoints hold or how batches are drawn, and a change means a different run.
 """
 
 from __future__ import annotations
@@ -31,11 +53,26 @@ from typing import Any
 from jaxlab.core.config import apply_overrides, config_diff, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
+from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
 
 __all__ = ["available", "claim", "launch", "load", "resolve_config", "select_preset"]
 
-# Keys that may change between a run and its resumption without making it a different run.
-RESUMABLE_CHANGES = ("train.steps",)
+# Keys that may change between a run and its resumption without making it a different run (the
+# module docstring gives the reason for each).
+RESUMABLE_CHANGES = (
+    "train.steps",
+    "train.learning_rate",
+    "train.warmup_steps",
+    "train.min_lr_ratio",
+    "train.grad_clip",
+    "train.log_every",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.tensorboard",
+    "train.wandb",
+    "train.wandb_project",
+)
 
 
 def available(exp_dir: str | pathlib.Path) -> list[str]:
@@ -103,13 +140,19 @@ def resolve_config(module: ModuleType, overrides: dict[str, str], smoke: bool) -
 
 
 def _check_resumable(workdir: pathlib.Path, record: dict[str, Any]) -> None:
+    """Refuses a workdir holding a run whose config differs beyond :data:`RESUMABLE_CHANGES`."""
     path = workdir / "config.json"
-    if not path.exists():
-        return
+    if not path.exists() or not holds_run(workdir):
+        return  # nothing to resume: the config is (re)written by this run
     try:
         old = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise RunError(f"{path} is damaged; delete it or use another --workdir") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        old = None
+    if not isinstance(old, dict):
+        raise RunError(
+            f"{path} is damaged (not a JSON object); delete it to resume the run in {workdir} "
+            "with this command's config, or use another --workdir"
+        )
     diffs = [
         d for d in config_diff(old, record) if d.removeprefix("config.") not in RESUMABLE_CHANGES
     ]
@@ -128,21 +171,31 @@ def launch(
     smoke: bool = False,
     workdir: str | pathlib.Path | None = None,
 ) -> dict[str, Any]:
-    """Resolves the config, writes ``config.json``, runs the experiment, writes ``summary.json``."""
+    """Resolves the config, locks the workdir, writes ``config.json``, runs, writes the summary.
+
+    Raises:
+      ConfigError: a bad config or workdir (nothing is written).
+      RunError: another run holds the workdir, the workdir holds a run with another config, or
+        the run cannot go on.
+    """
     module = load(exp_dir, name)
     preset, cfg = resolve_config(module, overrides or {}, smoke)
     if workdir is None:
         workdir = pathlib.Path("runs") / (f"{name}_smoke" if smoke else name)
-    workdir = pathlib.Path(workdir)
+    workdir = prepare_workdir(workdir)
+    # Multi-process start-up first, so that each process locks its own file (by process index).
+    from jaxlab.core.mesh import maybe_initialize_distributed  # deferred: it imports JAX
+
+    maybe_initialize_distributed()
     record = {"experiment": name, "preset": preset, "config": to_dict(cfg)}
-    _check_resumable(workdir, record)
-    workdir.mkdir(parents=True, exist_ok=True)
-    write_json(workdir / "config.json", record)
-    start = time.perf_counter()
-    summary = module.run(cfg, workdir)
-    summary = dict(summary or {})
-    summary.setdefault("experiment", name)
-    summary.setdefault("preset", preset)
-    summary["wall_seconds"] = round(time.perf_counter() - start, 2)
-    write_json(workdir / "summary.json", summary)
+    with workdir_lock(workdir):
+        _check_resumable(workdir, record)
+        write_json(workdir / "config.json", record)
+        start = time.perf_counter()
+        summary = module.run(cfg, workdir)
+        summary = dict(summary or {})
+        summary.setdefault("experiment", name)
+        summary.setdefault("preset", preset)
+        summary["wall_seconds"] = round(time.perf_counter() - start, 2)
+        write_json(workdir / "summary.json", summary)
     return summary

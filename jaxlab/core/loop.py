@@ -2,20 +2,46 @@
 
 A readable function in banner-marked stages (big_vision style), not a framework:
 
-1. *setup* — multi-process start-up if asked, the mesh, the optax optimizer;
-2. *init or resume* — the model and optimizer are created inside ``jax.jit`` with
+1. *setup* — multi-process start-up if asked, the workdir (checked, then locked for the run), the
+   mesh, the optimizer (the task's own, or AdamW from :class:`~jaxlab.core.config.TrainConfig`);
+2. *init or resume* — model, optimizer and task state are created inside ``jax.jit`` with
    ``out_shardings`` from their logical axis names, or restored from the newest readable checkpoint
    together with the data-iterator position, the RNG key and the loss-window accumulators;
-3. *steps* — a jitted, donating train step over ``(state, batch, key)``; the per-step key is
-   ``fold_in(seed_key, step)``, so a resumed run draws exactly the keys an uninterrupted one would;
-4. *log / eval / checkpoint* — at fixed step multiples. Losses are read back to the host before any
-   checkpoint is written, so a non-finite loss stops the run before it can overwrite the last good
-   checkpoint.
+3. *steps* — a jitted, donating train step over ``(state, batch, key)`` (gradient accumulation over
+   micro-batches inside it when ``train.grad_accum_steps > 1``), then the task's every-k-steps state
+   hooks; the per-step key is ``fold_in(seed_key, step)``, so a resumed run draws exactly the keys
+   an uninterrupted one would;
+4. *log / eval / checkpoint* — at fixed step multiples. Before any checkpoint is written, every
+   step's loss, gradient norm and "all parameters finite" flag (a reduction inside the jitted step)
+   are read back to the host, so a diverged step stops the run with a one-line
+   :class:`~jaxlab.core.errors.RunError` and never overwrites the last good checkpoint.
 
 A run killed at any moment and restarted with the same command therefore ends with the same
 ``metrics.jsonl`` as an uninterrupted run (the kill/resume test checks this with SIGKILL).
 
-The loop knows nothing about methods: it drives any object satisfying :class:`Task`.
+Resume rules. The learning-rate schedule keeps the length of the run that started it (recorded in
+each checkpoint as ``schedule_steps``): raising ``train.steps`` on resume extends the run and the
+extra steps run at the final learning rate (a printed line says so), instead of stretching the
+cosine mid-run. ``train.steps`` below the checkpoint's step is refused. The schedule's values
+(``train.learning_rate``, ``warmup_steps``, ``min_lr_ratio``) and ``grad_clip`` are read from the
+current config, so a diverged run is resumed with a lower learning rate by changing only that.
+
+The loop knows nothing about methods: it drives any object satisfying the
+:class:`~jaxlab.core.task.Task` protocol (:mod:`jaxlab.core.task` has the details)::
+
+    build_model(rngs) -> nnx.Module
+    loss(model, batch, key) -> (objective, metrics)      # metrics include "loss"
+    train_iterator(batch_size, seed) -> checkpointable iterator of host batches
+    eval_batches(batch_size, num_batches) -> list of host batches
+    units_per_example() -> (count, unit name)          # e.g. (seq_len, "tokens")
+    # optional:
+    optimizer(cfg, schedule) -> optax.GradientTransformation   # instead of the loop's AdamW
+    init_task_state(key) -> pytree   # then loss(model, batch, key, task_state)
+                                     #        -> (objective, metrics, new_task_state)
+    state_hooks() -> [StateHook(every=k, fn=lambda train_state, step: train_state)]
+
+Task state and hook changes are part of every checkpoint, so kill and resume give the same run.
+Plain callables on the logged rows (``hooks=``) read metrics and cannot change the state.
 """
 
 from __future__ import annotations
@@ -24,12 +50,11 @@ import functools
 import math
 import pathlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
-import optax
 from flax import nnx
 
 from jaxlab.core.checkpoint import Checkpointer
@@ -46,54 +71,24 @@ from jaxlab.core.mesh import (
 )
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
+from jaxlab.core.step import (
+    STATE_FINITE,
+    create_state,
+    make_eval_step,
+    make_hook_step,
+    make_train_step,
+)
+from jaxlab.core.task import StateHook, Task, TrainState, has_task_state, units_per_example
+from jaxlab.core.workdir import prepare_workdir, workdir_lock
 
-__all__ = ["Task", "create_state", "make_train_step", "run_training"]
-
-Batch = Mapping[str, np.ndarray]
-
-
-class Task(Protocol):
-    """What the loop needs from a method.
-
-    ``loss`` returns ``(objective, metrics)``. The objective is differentiated; the metrics
-    (scalars, including ``"loss"``) are averaged over the log window and over the eval batches.
-    """
-
-    def build_model(self, rngs: nnx.Rngs) -> nnx.Module: ...
-
-    def loss(
-        self, model: nnx.Module, batch: Mapping[str, jax.Array], key: jax.Array | None
-    ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
-
-    def train_iterator(self, batch_size: int, seed: int) -> Iterator[Batch]: ...
-
-    def eval_batches(self, batch_size: int, num_batches: int) -> Sequence[Batch]: ...
-
-    def tokens_per_example(self) -> int: ...
-
-
-def create_state(task: Task, tx: optax.GradientTransformation, key: jax.Array) -> Any:
-    """Builds the model and its optimizer; returns ``(graphdef, state)`` of the pair."""
-    model = task.build_model(nnx.Rngs(params=key))
-    return nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
-
-
-def make_train_step(task: Task, graphdef: Any) -> Callable:
-    """The pure train step ``(state, batch, key) -> (state, metrics)`` for ``jax.jit``.
-
-    Also used to lower and compile a step ahead of time for a target mesh (see the RMT's AOT
-    check), so that what is compiled there is exactly what the loop runs.
-    """
-
-    def train_step(state, batch, key):
-        model, opt = nnx.merge(graphdef, state)
-        grad_fn = nnx.value_and_grad(lambda m: task.loss(m, batch, key), has_aux=True)
-        (_, metrics), grads = grad_fn(model)
-        opt.update(model, grads)
-        metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
-        return nnx.split((model, opt))[1], metrics
-
-    return train_step
+__all__ = [
+    "StateHook",
+    "Task",
+    "TrainState",
+    "create_state",
+    "make_train_step",
+    "run_training",
+]
 
 
 def _format_eta(seconds: float) -> str:
@@ -102,6 +97,34 @@ def _format_eta(seconds: float) -> str:
         f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
         if seconds >= 3600
         else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
+
+
+def _non_finite(metrics: Mapping[str, Any], finite: bool) -> str | None:
+    """What went non-finite in one step, or None."""
+    loss, grad_norm = float(metrics["loss"]), float(metrics["grad_norm"])
+    if not math.isfinite(loss):
+        return f"loss ({loss})"
+    if not math.isfinite(grad_norm):
+        return f"gradient norm ({grad_norm}) with a finite loss"
+    if not finite:
+        return "parameters after the update (finite loss and gradient norm)"
+    return None
+
+
+def _diverged(what: str, step: int, last: int | None, cfg: TrainConfig) -> RunError:
+    """The one-line error of a diverged run, naming a re-run that works."""
+    if last is None:
+        kept, resume = "no checkpoint was written", "it starts again from step 0"
+    else:
+        kept, resume = (
+            f"the last good checkpoint (step {last}) is kept",
+            f"it resumes from step {last}",
+        )
+    return RunError(
+        f"non-finite {what} at step {step}; {kept}. Re-run the same command with "
+        f"--set train.learning_rate={cfg.learning_rate / 10:.3g} (train.warmup_steps and "
+        f"train.grad_clip may change too): {resume}. If it recurs, check the data"
     )
 
 
@@ -121,32 +144,39 @@ def run_training(
     """Trains ``task`` for ``cfg.steps`` steps in ``workdir``, resuming from its checkpoints.
 
     Args:
-      task: the method (see :class:`Task`).
+      task: the method (see :class:`~jaxlab.core.task.Task`).
       cfg: the loop's fields.
       workdir: run directory: ``checkpoints/``, ``metrics.jsonl``, ``tb/`` are written there.
       mesh_cfg, rules: device mesh and logical-axis rules (default: data parallel on all devices).
       config_record: the experiment's resolved config, stored in each checkpoint and in wandb.
-      decay_mask: which parameters get weight decay (default: rank >= 2).
-      lr_groups: per-parameter learning-rate groups (see :func:`jaxlab.core.optim.make_optimizer`).
+      decay_mask: which parameters get weight decay (default: rank >= 2; unused when the task
+        supplies its optimizer).
+      lr_groups: per-parameter learning-rate groups (see :func:`jaxlab.core.optim.make_optimizer`;
+        unused when the task supplies its optimizer).
       hooks: plain callables ``hook(step, row)`` called with every logged metrics row.
       verbose: print progress lines (process 0 only).
 
     Returns:
-      The summary: final step, last train and eval metrics, parameter count, throughput.
+      The summary: final step, last train and eval metrics, parameter count, throughput, and the
+      schedule length in use.
 
     Raises:
-      RunError: non-finite loss (the last good checkpoint is kept) or unreadable checkpoints.
+      RunError: a non-finite loss, gradient or parameter (the last good checkpoint is kept),
+        unreadable checkpoints, or another run holding the workdir.
+      ConfigError: a workdir that cannot be used, a batch that does not divide over the devices,
+        or ``cfg.steps`` below the step the run has reached.
     """
     maybe_initialize_distributed()
+    workdir = prepare_workdir(workdir)
     mesh = make_mesh(mesh_cfg)
     rules = rules or AxisRules()
     # The mesh and the rules are in context while steps are traced, so models can pin activation
     # shardings by logical name (jaxlab.core.mesh.constrain).
-    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
+    with workdir_lock(workdir), jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
         return _run_training(
             task,
             cfg,
-            pathlib.Path(workdir),
+            workdir,
             mesh,
             rules,
             config_record=config_record,
@@ -172,21 +202,43 @@ def _run_training(
 ) -> dict[str, Any]:
     # ------------------------------------------------------------------ setup
     is_main = jax.process_index() == 0
+    say = print if verbose and is_main else (lambda *a, **k: None)
     batch_shards = math.prod(
         mesh.shape[a] for a in batch_sharding(mesh, rules).spec[0] or () if a in mesh.shape
     )
-    if cfg.batch_size % batch_shards:
+    k = cfg.grad_accum_steps
+    if cfg.batch_size % (batch_shards * k):
         raise ConfigError(
             f"train.batch_size={cfg.batch_size} does not divide over the {batch_shards} "
             "data-parallel devices; use a multiple of it or set mesh.data / mesh.fsdp"
+            if k == 1
+            else f"train.batch_size={cfg.batch_size} does not split into "
+            f"train.grad_accum_steps={k} micro-batches that divide over the {batch_shards} "
+            f"data-parallel devices; use a multiple of {k * batch_shards}"
         )
-    tx = make_optimizer(cfg, decay_mask, lr_groups=lr_groups)
-    schedule = make_schedule(cfg)
+    units, unit = units_per_example(task)
+    units_per_step = cfg.batch_size * units
+    stateful = has_task_state(task)
+    state_hooks: tuple[StateHook, ...] = tuple(getattr(task, "state_hooks", tuple)())
+    for hook in state_hooks:
+        if hook.every <= 0:
+            raise ConfigError(f"{hook.name}: StateHook.every must be positive, got {hook.every}")
 
-    create = functools.partial(create_state, task, tx)
     seed_key = jax.random.key(cfg.seed)
     init_key, step_key = jax.random.split(seed_key)
-    graphdef, abstract_state = jax.eval_shape(create, init_key)
+
+    def build(schedule_steps: int):
+        """Schedule, state constructor and graphdef for a schedule of ``schedule_steps``."""
+        schedule = make_schedule(cfg, schedule_steps)
+        if hasattr(task, "optimizer"):
+            tx = task.optimizer(cfg, schedule)
+        else:
+            tx = make_optimizer(cfg, decay_mask, lr_groups=lr_groups, schedule=schedule)
+        create = functools.partial(create_state, task, tx)
+        graphdef, abstract_state = jax.eval_shape(create, init_key)
+        return schedule, create, graphdef, abstract_state
+
+    schedule, create, graphdef, abstract_state = build(cfg.steps)
     shardings = state_shardings(abstract_state, mesh, rules)
     num_params = sum(
         x.size
@@ -196,89 +248,115 @@ def _run_training(
     # ------------------------------------------------------------------ init or resume
     iterator = task.train_iterator(cfg.batch_size, cfg.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings
-    )
-    restored = ckpt.restore(abstract, iterator)
-    last_row: dict[str, float] = {}
-    last_eval: dict[str, float] = {}
-    if restored is None:
-        state = jax.jit(lambda k: create(k)[1], out_shardings=shardings)(init_key)
-        start, window = 0, {"sum": {}, "count": 0}
-    else:
-        state, start, window = restored.state, restored.step, restored.meta["window"]
-        last_row, last_eval = restored.meta["last_row"], restored.meta["last_eval"]
-        if verbose and is_main:
-            print(f"resumed from step {start} in {workdir}")
-    writer = (
-        MetricWriter(
-            workdir,
-            start_step=start,
-            tensorboard=cfg.tensorboard,
-            wandb=cfg.wandb,
-            config=config_record,
-            project=cfg.wandb_project,
-        )
-        if is_main
-        else None
-    )
-
-    # ------------------------------------------------------------------ compiled steps
-    train_step = make_train_step(task, graphdef)
-
-    def eval_step(state, batch):
-        model, _ = nnx.merge(graphdef, state)
-        return task.loss(model, batch, None)[1]
-
-    train_step = jax.jit(
-        train_step,
-        in_shardings=(shardings, None, None),
-        out_shardings=(shardings, None),
-        donate_argnums=0,
-    )
-    eval_step = jax.jit(eval_step, in_shardings=(shardings, None))
-    eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
-    tokens_per_step = cfg.batch_size * task.tokens_per_example()
-
-    def evaluate() -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for batch in eval_data:
-            for k, v in jax.device_get(eval_step(state, global_batch(batch, mesh, rules))).items():
-                totals[k] = totals.get(k, 0.0) + float(v)
-        return {f"eval_{k}": v / len(eval_data) for k, v in totals.items()}
-
-    # ------------------------------------------------------------------ steps
-    pending: list[tuple[int, dict[str, jax.Array]]] = []
-    t_window, steps_in_window = time.perf_counter(), 0
-    t_start = time.perf_counter()
-
-    def drain() -> None:
-        """Reads pending step metrics to the host; stops the run on a non-finite loss."""
-        for step, metrics in jax.device_get(pending):
-            loss = float(metrics["loss"])
-            if not math.isfinite(loss):
-                last = ckpt.steps()[-1] if ckpt.steps() else None
-                kept = (
-                    f"the last good checkpoint (step {last}) is kept"
-                    if last is not None
-                    else ("no checkpoint was written")
-                )
-                raise RunError(
-                    f"non-finite loss ({loss}) at step {step}; {kept}. Lower train.learning_rate, "
-                    "raise train.warmup_steps or check the data, then re-run"
-                )
-            for k, v in metrics.items():
-                window["sum"][k] = window["sum"].get(k, 0.0) + float(v)
-            window["count"] += 1
-        pending.clear()
-
+    writer = None
     try:
+        abstract = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            abstract_state,
+            shardings,
+        )
+        restored = ckpt.restore(abstract, iterator)
+        last_row: dict[str, float] = {}
+        last_eval: dict[str, float] = {}
+        schedule_steps = cfg.steps
+        if restored is None:
+            state = jax.jit(lambda k: create(k)[1], out_shardings=shardings)(init_key)
+            start, window = 0, {"sum": {}, "count": 0}
+        else:
+            state, start, window = restored.state, restored.step, restored.meta["window"]
+            last_row, last_eval = restored.meta["last_row"], restored.meta["last_eval"]
+            if start > cfg.steps:
+                raise ConfigError(
+                    f"train.steps={cfg.steps} is below step {start}, which the run in {workdir} "
+                    f"has reached; set train.steps >= {start}, or use another --workdir"
+                )
+            schedule_steps = int(
+                restored.meta.get("schedule_steps", restored.meta["train"]["steps"])
+            )
+            say(f"resumed from step {start} in {workdir}")
+            if schedule_steps != cfg.steps:
+                schedule, _, graphdef, _ = build(schedule_steps)
+                after = (
+                    f"steps {schedule_steps + 1}-{cfg.steps} run at its final learning rate "
+                    f"{float(schedule(schedule_steps)):.3g}"
+                    if cfg.steps > schedule_steps
+                    else f"the run stops at step {cfg.steps}, before the schedule ends"
+                )
+                say(
+                    f"train.steps={cfg.steps}, but this run started with {schedule_steps}: the "
+                    f"learning-rate schedule keeps its length of {schedule_steps} steps; {after}"
+                )
+        if is_main:
+            writer = MetricWriter(
+                workdir,
+                start_step=start,
+                tensorboard=cfg.tensorboard,
+                wandb=cfg.wandb,
+                config=config_record,
+                project=cfg.wandb_project,
+            )
+
+        # -------------------------------------------------------------- compiled steps
+        train_step = jax.jit(
+            make_train_step(task, graphdef, k),
+            in_shardings=(shardings, None, None),
+            out_shardings=(shardings, None),
+            donate_argnums=0,
+        )
+        eval_step = jax.jit(make_eval_step(task, graphdef), in_shardings=(shardings, None))
+        hook_steps = [
+            (
+                hook,
+                jax.jit(
+                    make_hook_step(hook, graphdef, stateful),
+                    in_shardings=(shardings, None),
+                    out_shardings=(shardings, None),
+                    donate_argnums=0,
+                ),
+            )
+            for hook in state_hooks
+        ]
+        eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
+
+        def evaluate() -> dict[str, float]:
+            totals: dict[str, float] = {}
+            for batch in eval_data:
+                metrics = jax.device_get(eval_step(state, global_batch(batch, mesh, rules)))
+                for name, value in metrics.items():
+                    totals[name] = totals.get(name, 0.0) + float(value)
+            return {f"eval_{name}": v / len(eval_data) for name, v in totals.items()}
+
+        # -------------------------------------------------------------- steps
+        # (step, metrics, [(hook name, finite flag)]) not yet read back to the host.
+        pending: list[tuple[int, dict[str, jax.Array], list[tuple[str, jax.Array]]]] = []
+        t_window, steps_in_window = time.perf_counter(), 0
+        t_start = time.perf_counter()
+
+        def drain() -> None:
+            """Reads pending step metrics to the host; stops the run on any non-finite value."""
+            for step, metrics, hook_flags in jax.device_get(pending):
+                problem = _non_finite(metrics, bool(metrics.pop(STATE_FINITE)))
+                problem = problem or next(
+                    (f"train state after {name}" for name, ok in hook_flags if not ok), None
+                )
+                if problem:
+                    last = ckpt.steps()[-1] if ckpt.steps() else None
+                    raise _diverged(problem, step, last, cfg)
+                for name, value in metrics.items():
+                    window["sum"][name] = window["sum"].get(name, 0.0) + float(value)
+                window["count"] += 1
+            pending.clear()
+
         for step in range(start, cfg.steps):
             batch = global_batch(next(iterator), mesh, rules)
             state, metrics = train_step(state, batch, jax.random.fold_in(step_key, step))
-            pending.append((step + 1, metrics))
-            steps_in_window += 1
             done = step + 1
+            pending.append((done, metrics, []))
+            for hook, hook_step in hook_steps:
+                if done % hook.every == 0:
+                    state, finite = hook_step(state, np.int32(done))
+                    pending[-1][2].append((hook.name, finite))
+            steps_in_window += 1
             is_last = done == cfg.steps
             log_now = done % cfg.log_every == 0 or is_last
             eval_now = done % cfg.eval_every == 0 or is_last
@@ -287,30 +365,27 @@ def _run_training(
                 continue
             drain()
             row: dict[str, float] = {}
+            row_perf: dict[str, float] = {}
             if log_now and window["count"]:
-                row = {k: v / window["count"] for k, v in window["sum"].items()}
+                row = {name: v / window["count"] for name, v in window["sum"].items()}
                 row["learning_rate"] = float(schedule(done - 1))
                 window = {"sum": {}, "count": 0}
                 elapsed = time.perf_counter() - t_window
-                tok_s = steps_in_window * tokens_per_step / max(elapsed, 1e-9)
+                rate = steps_in_window * units_per_step / max(elapsed, 1e-9)
                 eta = (cfg.steps - done) * elapsed / max(steps_in_window, 1)
-                if verbose and is_main:
-                    print(
-                        f"step {done}/{cfg.steps} | loss {row['loss']:.4f} | "
-                        f"{tok_s:,.0f} tok/s | ETA {_format_eta(eta)}",
-                        flush=True,
-                    )
-                row_perf = {"tokens_per_second": tok_s}
-            else:
-                row_perf = {}
+                say(
+                    f"step {done}/{cfg.steps} | loss {row['loss']:.4f} | "
+                    f"{rate:,.0f} {unit}/s | ETA {_format_eta(eta)}",
+                    flush=True,
+                )
+                row_perf = {f"{unit}_per_second": rate}
             if eval_now:
                 last_eval = evaluate()
                 row.update(last_eval)
-                if verbose and is_main:
-                    shown = ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items())
-                    print(f"  eval @ {done}: {shown}", flush=True)
+                shown = ", ".join(f"{name} {v:.4f}" for name, v in last_eval.items())
+                say(f"  eval @ {done}: {shown}", flush=True)
             if row:
-                row["tokens_seen"] = done * tokens_per_step
+                row[f"{unit}_seen"] = done * units_per_step
                 last_row = row
                 if writer is not None:
                     writer.write(done, {**row, **row_perf})
@@ -320,6 +395,7 @@ def _run_training(
                 meta = {
                     "step": done,
                     "seed": cfg.seed,
+                    "schedule_steps": schedule_steps,
                     "window": window,
                     "last_row": last_row,
                     "last_eval": last_eval,
@@ -339,8 +415,9 @@ def _run_training(
         "final_step": cfg.steps,
         "resumed_from": start,
         "num_params": int(num_params),
-        "tokens_seen": cfg.steps * tokens_per_step,
-        "train": {k: v for k, v in last_row.items() if not k.startswith("eval_")},
+        f"{unit}_seen": cfg.steps * units_per_step,
+        "schedule_steps": schedule_steps,
+        "train": {name: v for name, v in last_row.items() if not name.startswith("eval_")},
         "eval": last_eval,
         "train_seconds_this_process": round(wall, 2),
         "steps_per_second": round((cfg.steps - start) / max(wall, 1e-9), 3),

@@ -1,24 +1,32 @@
 """Metric writers: JSONL (always), TensorBoard via tensorboardX, and wandb (optional, offline ok).
 
 A run's ``metrics.jsonl`` holds one JSON object per logged step, ``{"step": s, name: value, ...}``.
-When a run resumes from a checkpoint at step ``k``, rows logged after ``k`` by the run that died are
-dropped first, so the file of a resumed run equals the file of an uninterrupted one.
-``write_json`` writes ``config.json`` / ``summary.json`` atomically (write then rename), so a kill
-never leaves half a file behind.
+A writer either resumes a file or starts it afresh, never blindly appends: when a training run
+resumes from a checkpoint at step ``k``, rows logged after ``k`` by the run that died are dropped
+first, so the file of a resumed run equals the file of an uninterrupted one; an experiment-level
+writer (no checkpoint step: a sweep's table, a benchmark's rows) rewrites its file, because
+re-running or resuming the experiment recomputes (or re-reads) every row. A line cut short by a kill
+at the end of the file is dropped on reading; damage anywhere else is a one-line
+:class:`~jaxlab.core.errors.RunError` naming the file. ``write_json`` writes ``config.json`` /
+``summary.json`` atomically (write then rename), so a kill never leaves half a file behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MetricWriter", "read_metrics", "to_jsonable", "write_json"]
+from jaxlab.core.errors import RunError
+
+__all__ = ["MetricWriter", "read_metrics", "to_jsonable", "wandb_run_id", "write_json"]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -48,11 +56,50 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Reads ``metrics.jsonl`` of a run (empty list when there is none)."""
+    """Reads ``metrics.jsonl`` of a run (empty list when there is none).
+
+    A last line without its newline that does not parse is a write cut short by a kill and is
+    dropped (the rows it belonged to are re-logged by the resumed run).
+
+    Raises:
+      RunError: any other line is not a JSON object with a ``step`` (the message names the file
+        and the line).
+    """
     path = pathlib.Path(workdir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise RunError(f"{path} is damaged (not text); delete it and re-run") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):  # no newline after it: half-written when the run was killed
+                break
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise RunError(
+                f"{path} is damaged at line {number} ({line[:40]!r} is not a metrics row); "
+                "delete that line, or the file, and re-run"
+            )
+        rows.append(row)
+    return rows
+
+
+def wandb_run_id(workdir: str | os.PathLike) -> str:
+    """A wandb run id that is the same for every process and every resume of one workdir.
+
+    The directory's name (sanitised) plus a digest of its resolved path: stable across processes,
+    unlike Python's salted ``hash()``, so a resumed run continues its wandb run.
+    """
+    path = str(pathlib.Path(workdir).resolve())
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", pathlib.Path(path).name)[:48]
+    return f"{name}-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
 
 
 class MetricWriter:
@@ -60,8 +107,9 @@ class MetricWriter:
 
     Args:
       workdir: the run directory.
-      start_step: rows with ``step > start_step`` already in ``metrics.jsonl`` are dropped (resume).
-        ``None`` keeps the file as it is.
+      start_step: the step a training run resumes from: rows with ``step > start_step`` already in
+        ``metrics.jsonl`` are dropped and the rest kept. ``None`` (experiment-level rows) starts
+        the file afresh: re-running an experiment rewrites its rows instead of appending them.
       tensorboard: also write tensorboardX event files under ``workdir/tb``.
       wandb: ``"off"``, ``"offline"`` (no network; sync later with ``wandb sync``) or ``"online"``.
       config: the resolved config, recorded by wandb.
@@ -82,17 +130,19 @@ class MetricWriter:
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.path = self.workdir / "metrics.jsonl"
-        if start_step is not None and self.path.exists():
+        kept = []
+        if start_step is not None:
             kept = [row for row in read_metrics(self.workdir) if row["step"] <= start_step]
-            tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
-            os.replace(tmp, self.path)
+        tmp = self.path.with_suffix(f".jsonl.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        os.replace(tmp, self.path)
         self._file = open(self.path, "a")  # noqa: SIM115 - closed in close()
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.workdir / "tb"), purge_step=start_step)
+            # TensorBoard hides events at or after purge_step written by earlier runs.
+            self._tb = SummaryWriter(str(self.workdir / "tb"), purge_step=start_step or 0)
         self._wandb = None
         if wandb != "off":
             import wandb as wandb_lib  # optional dependency: pip install jaxlab[wandb]
@@ -104,7 +154,7 @@ class MetricWriter:
                 mode=wandb,
                 config=dict(config or {}),
                 resume="allow",
-                id=f"{self.workdir.name}-{abs(hash(str(self.workdir.resolve()))) % 10**8}",
+                id=wandb_run_id(self.workdir),
             )
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:

@@ -20,14 +20,22 @@ from jaxlab.core.config import TrainConfig
 __all__ = ["default_decay_mask", "make_optimizer", "make_schedule"]
 
 
-def make_schedule(cfg: TrainConfig) -> optax.Schedule:
-    """Linear warmup from 0 to ``learning_rate`` then cosine decay to ``min_lr_ratio`` of it."""
-    warmup = min(cfg.warmup_steps, cfg.steps - 1)
+def make_schedule(cfg: TrainConfig, length: int | None = None) -> optax.Schedule:
+    """Linear warmup from 0 to ``learning_rate`` then cosine decay to ``min_lr_ratio`` of it.
+
+    Args:
+      cfg: the loop's fields.
+      length: steps over which the schedule runs (default ``cfg.steps``); later steps stay at the
+        final rate. The loop passes the length of the run that started a resumed run, so that
+        raising ``train.steps`` extends a run without stretching its schedule.
+    """
+    length = cfg.steps if length is None else length
+    warmup = min(cfg.warmup_steps, length - 1)
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0,
         peak_value=cfg.learning_rate,
         warmup_steps=warmup,
-        decay_steps=cfg.steps,
+        decay_steps=length,
         end_value=cfg.learning_rate * cfg.min_lr_ratio,
     )
 
@@ -42,8 +50,12 @@ def make_optimizer(
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
     *,
     lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None = None,
+    schedule: optax.Schedule | None = None,
 ) -> optax.GradientTransformation:
     """Global-norm clipping then AdamW with the warmup+cosine schedule of ``cfg``.
+
+    The chain has the same state structure whether clipping is on or off (``grad_clip=0`` puts an
+    identity in its place), so ``train.grad_clip`` may change when a run is resumed.
 
     Args:
       cfg: the loop's fields.
@@ -52,8 +64,9 @@ def make_optimizer(
         the parameter tree to a tree of group names, ``multipliers`` maps each name to the factor on
         the schedule (e.g. µP's 1/width for hidden matrices). Built with ``optax.multi_transform``;
         each group has its own AdamW with the scaled schedule.
+      schedule: the learning-rate schedule (default :func:`make_schedule` of ``cfg``).
     """
-    schedule = make_schedule(cfg)
+    schedule = schedule or make_schedule(cfg)
 
     def adamw(multiplier: float) -> optax.GradientTransformation:
         return optax.adamw(
@@ -65,7 +78,7 @@ def make_optimizer(
             mask=decay_mask,
         )
 
-    chain = [optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip > 0 else []
+    chain = [optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip > 0 else optax.identity()]
     if lr_groups is None:
         chain.append(adamw(1.0))
     else:

@@ -4,7 +4,9 @@ The loss is the mean next-token cross-entropy in float32 (nats) plus an optional
 ``coef * mean(logsumexp(logits)^2)`` (PaLM, Chowdhery et al. 2022, Sec. 5), which is part of the
 objective but not of the reported ``loss``. For byte-level data, ``bits_per_byte`` is the loss
 divided by ln 2. Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
-baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike.
+baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. When the model is
+first built its output vocabulary is checked against the data's (256 byte values): a smaller one
+would index past the logits and is a one-line ConfigError.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.data.corpus import load_documents
-from jaxlab.data.text import eval_batches, pack_documents, text_dataset
+from jaxlab.data.text import VOCAB_SIZE, eval_batches, pack_documents, text_dataset
 
 __all__ = ["LMTask", "cross_entropy"]
 
@@ -60,7 +63,25 @@ class LMTask:
         self.val_rows = pack_documents(self.val_docs, self.seq_len)
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
-        return self.build(rngs)
+        model = self.build(rngs)
+        if not getattr(self, "_vocab_checked", False):
+            self._check_vocab(model)
+            self._vocab_checked = True
+        return model
+
+    def _check_vocab(self, model: nnx.Module) -> None:
+        """The model's logits must cover every byte value of the data (shape-only trace)."""
+        tokens = jnp.zeros((1, 1), jnp.int32)
+
+        def forward(m):
+            return m(tokens, segment_ids=jnp.ones_like(tokens), positions=tokens)
+
+        vocab = nnx.eval_shape(forward, model).shape[-1]
+        if vocab < VOCAB_SIZE:
+            raise ConfigError(
+                f"the model's output vocabulary ({vocab}) is smaller than the data's "
+                f"({VOCAB_SIZE} byte values); set model.vocab_size to at least {VOCAB_SIZE}"
+            )
 
     def loss(self, model, batch: Mapping[str, jax.Array], key=None):
         del key  # The baseline LM is deterministic (no dropout).
@@ -81,5 +102,5 @@ class LMTask:
             self.val_rows, batch_size=batch_size, num_batches=min(num_batches, max(available, 1))
         )
 
-    def tokens_per_example(self) -> int:
-        return self.seq_len
+    def units_per_example(self) -> tuple[int, str]:
+        return self.seq_len, "tokens"

@@ -1,8 +1,14 @@
-"""A tiny regression :class:`~jaxlab.core.loop.Task` for fast tests of the training loop.
+"""Tiny :class:`~jaxlab.core.task.Task` s for fast tests of the training loop.
 
-A two-layer MLP fits ``y = sin(x @ w)`` on seeded Gaussian inputs served by a real grain pipeline
-(checkpointable iterator), so the loop, checkpoints, resume and error paths are exercised end to end
-in a second or two. ``nan_at_row`` plants a NaN in one training row to test the non-finite guard.
+``ToyTask``: a two-layer MLP fits ``y = sin(x @ w)`` on seeded Gaussian inputs served by a real
+grain pipeline (checkpointable iterator), so the loop, checkpoints, resume and error paths are
+exercised end to end in a second or two. ``nan_at_row`` plants a NaN in one training row (the loss
+goes NaN); ``nan_grad_at_row`` makes one row's loss finite but its gradient NaN (the derivative of
+``sqrt`` at 0 times a zero coefficient is ``0 * inf``).
+
+``ClimbTask``: one scalar parameter climbs by the learning rate each step (Adam's update of a
+constant gradient) towards a cliff at 1, past which the loss is NaN: the divergence a learning rate
+that is too high causes, in a form whose step is known in advance.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from flax import nnx
 
 from jaxlab.nn.layers import MLP
 
-__all__ = ["ToyTask"]
+__all__ = ["ClimbTask", "ToyTask"]
 
 
 class _Regressor(nnx.Module):
@@ -27,41 +33,50 @@ class _Regressor(nnx.Module):
         return self.mlp(x).sum(-1)
 
 
+def _rows(n: int):
+    return grain.MapDataset.source(np.arange(n)).repeat(None)
+
+
 @dataclasses.dataclass
 class ToyTask:
-    """Regression of ``sin(x @ w)`` with an MLP; ``nan_at_row`` poisons one training row."""
+    """Regression of ``sin(x @ w)`` by an MLP; ``nan_at_row``, ``nan_grad_at_row`` poison a row."""
 
     dim: int = 8
     hidden: int = 16
     rows: int = 256
     nan_at_row: int | None = None
+    nan_grad_at_row: int | None = None
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(0)
         self.x = rng.normal(size=(self.rows + 64, self.dim)).astype(np.float32)
         self.y = np.sin(self.x @ rng.normal(size=self.dim)).astype(np.float32)
+        self.poison = np.zeros(len(self.x), np.float32)
         if self.nan_at_row is not None:
             self.x[self.nan_at_row] = np.nan
+        if self.nan_grad_at_row is not None:
+            self.poison[self.nan_grad_at_row] = 1.0
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         return _Regressor(self.dim, self.hidden, rngs=rngs)
 
     def loss(self, model, batch, key=None):
         del key
-        err = model(batch["x"]) - batch["y"]
-        loss = jnp.mean(err**2)
-        return loss, {"loss": loss}
+        pred = model(batch["x"])
+        loss = jnp.mean((pred - batch["y"]) ** 2)
+        objective = loss
+        if self.nan_grad_at_row is not None:
+            # Adds exactly 0 to the objective; its gradient is 0 except on the poisoned row, where
+            # sqrt(0)' = inf times the zero coefficient is NaN.
+            objective += 0.0 * jnp.sum(jnp.sqrt(jnp.abs(pred) * (1.0 - batch["poison"])))
+        return objective, {"loss": loss}
 
     def train_iterator(self, batch_size: int, seed: int):
-        idx = np.arange(self.rows)
-        ds = (
-            grain.MapDataset.source(idx)
-            .repeat(None)
-            .map(lambda i: {"x": self.x[i], "y": self.y[i]})
-            .batch(batch_size, drop_remainder=True)
+        ds = _rows(self.rows).map(
+            lambda i: {"x": self.x[i], "y": self.y[i], "poison": self.poison[i]}
         )
-        del seed  # Unshuffled, so a planted NaN row arrives at a known step.
-        return iter(ds.to_iter_dataset())
+        del seed  # Unshuffled, so a planted row arrives at a known step.
+        return iter(ds.batch(batch_size, drop_remainder=True).to_iter_dataset())
 
     def eval_batches(self, batch_size: int, num_batches: int):
         x, y = self.x[self.rows :], self.y[self.rows :]
@@ -69,9 +84,46 @@ class ToyTask:
             {
                 "x": x[i * batch_size : (i + 1) * batch_size],
                 "y": y[i * batch_size : (i + 1) * batch_size],
+                "poison": np.zeros(batch_size, np.float32),
             }
             for i in range(min(num_batches, len(x) // batch_size))
         ]
 
-    def tokens_per_example(self) -> int:
-        return 1
+    def units_per_example(self) -> tuple[int, str]:
+        return 1, "examples"
+
+
+class _Climber(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.zeros(()))
+
+
+@dataclasses.dataclass
+class ClimbTask:
+    """``loss = -w`` while ``w < 1`` and NaN past it; Adam moves ``w`` up by the learning rate.
+
+    With a constant learning rate ``lr`` the loss of step ``s`` is ``-(s - 1) * lr`` until
+    ``(s - 1) * lr`` passes 1, where it turns NaN.
+    """
+
+    def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
+        del rngs
+        return _Climber()
+
+    def loss(self, model, batch, key=None):
+        del key
+        w = model.w[...] + 0.0 * jnp.sum(batch["x"])
+        # log(1 - w) is NaN past the cliff; times 0 it leaves the value and gradient of -w alone.
+        loss = -w + 0.0 * jnp.log(1.0 - w)
+        return loss, {"loss": loss, "w": w}
+
+    def train_iterator(self, batch_size: int, seed: int):
+        del seed
+        ds = _rows(64).map(lambda i: {"x": np.float32(0.0) * i})
+        return iter(ds.batch(batch_size, drop_remainder=True).to_iter_dataset())
+
+    def eval_batches(self, batch_size: int, num_batches: int):
+        return [{"x": np.zeros(batch_size, np.float32)}]
+
+    def units_per_example(self) -> tuple[int, str]:
+        return 1, "examples"

@@ -1,14 +1,17 @@
-"""The training loop on a toy task: determinism, resume, non-finite guard, damaged checkpoints."""
+"""The training loop on a toy task: determinism, resume, non-finite guards, damaged checkpoints,
+the schedule of an extended run."""
 
+import dataclasses
 import json
 import shutil
 
 import pytest
 
 from jaxlab.core.config import TrainConfig
-from jaxlab.core.errors import RunError
+from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
+from jaxlab.core.optim import make_schedule
 from jaxlab.testing.toy import ToyTask
 
 CFG = TrainConfig(
@@ -39,7 +42,8 @@ def test_reference_run_writes_metrics_and_checkpoints(reference):
     workdir, summary = reference
     rows = read_metrics(workdir)
     assert [r["step"] for r in rows] == [2, 4, 6, 8]
-    assert "eval_loss" in rows[1] and "tokens_per_second" in rows[0]
+    assert "eval_loss" in rows[1] and "examples_per_second" in rows[0]
+    assert rows[-1]["examples_seen"] == 64 and summary["examples_seen"] == 64
     assert summary["final_step"] == 8 and summary["resumed_from"] == 0
     assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()) == [4, 8]
     assert rows[-1]["loss"] < rows[0]["loss"]
@@ -97,3 +101,77 @@ def test_checkpoint_meta_holds_config_and_rng_seed(reference):
     meta_dir = reference[0] / "checkpoints" / "8" / "meta"
     meta = json.loads(next(p for p in meta_dir.rglob("*") if p.is_file()).read_text())
     assert meta["step"] == 8 and meta["seed"] == CFG.seed and meta["train"]["steps"] == 8
+    assert meta["schedule_steps"] == 8
+
+
+# ----------------------------------------------------------------------------- never save broken
+
+
+def test_finite_loss_with_nan_gradient_stops_before_the_checkpoint(reference, tmp_path):
+    # Row 60 is in batch 7 (rows 56-63): step 8, the last step, which also checkpoints. Its loss
+    # is finite but its gradient is NaN (0 * sqrt'(0)); the step-8 checkpoint must not be written.
+    task = ToyTask(nan_grad_at_row=60)
+    with pytest.raises(
+        RunError,
+        match=r"non-finite gradient norm \(nan\) with a finite loss at step 8; the last good "
+        r"checkpoint \(step 4\) is kept.*learning_rate=0.0003.*it resumes from step 4",
+    ):
+        run_training(task, CFG, tmp_path, verbose=False)
+    assert [int(p.name) for p in (tmp_path / "checkpoints").iterdir()] == [4]
+    # The kept checkpoint resumes: with clean data the run ends as the reference did.
+    summary = run_training(ToyTask(), CFG, tmp_path, verbose=False)
+    assert summary["resumed_from"] == 4
+    assert _losses(tmp_path) == _losses(reference[0])
+
+
+def test_nan_gradient_task_has_a_finite_loss_and_nan_gradient():
+    """The poisoned task itself: what the test above relies on, checked directly."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    task = ToyTask(nan_grad_at_row=3)
+    model = task.build_model(nnx.Rngs(params=jax.random.key(0)))
+    batch = {k: jnp.asarray(v) for k, v in next(task.train_iterator(8, 0)).items()}
+    (value, _), grads = nnx.value_and_grad(lambda m: task.loss(m, batch), has_aux=True)(model)
+    assert jnp.isfinite(value)
+    assert not all(jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+# ----------------------------------------------------------------------------- schedule on resume
+
+
+class _EightStepSchedule(ToyTask):
+    """A task-supplied optimizer: the loop's AdamW, but on a schedule of 8 steps whatever steps."""
+
+    def optimizer(self, cfg, schedule):
+        from jaxlab.core.optim import make_optimizer, make_schedule
+
+        del schedule
+        return make_optimizer(cfg, schedule=make_schedule(cfg, 8))
+
+
+def test_extended_run_keeps_its_schedule_and_says_so(reference, tmp_path, capsys):
+    shutil.copytree(reference[0], tmp_path / "extended")
+    longer = dataclasses.replace(CFG, steps=12)
+    summary = run_training(ToyTask(), longer, tmp_path / "extended")
+    out = capsys.readouterr().out
+    assert "schedule keeps its length of 8 steps; steps 9-12 run at its final learning rate" in out
+    assert summary["resumed_from"] == 8 and summary["schedule_steps"] == 8
+    rows = read_metrics(tmp_path / "extended")
+    want = make_schedule(CFG)  # the original 8-step schedule
+    for row in rows:
+        assert row["learning_rate"] == pytest.approx(float(want(row["step"] - 1)), rel=1e-6)
+    assert rows[-1]["learning_rate"] == pytest.approx(CFG.learning_rate * CFG.min_lr_ratio)
+    # The optimizer used it too: a fresh 12-step run whose optimizer has the 8-step schedule
+    # trains exactly the same steps.
+    run_training(_EightStepSchedule(), longer, tmp_path / "fresh", verbose=False)
+    drop_lr = lambda rs: [{k: v for k, v in r.items() if k != "learning_rate"} for r in rs]  # noqa: E731
+    assert drop_lr(_losses(tmp_path / "extended")) == drop_lr(_losses(tmp_path / "fresh"))
+
+
+def test_steps_below_the_checkpoint_are_refused(reference, tmp_path):
+    shutil.copytree(reference[0], tmp_path, dirs_exist_ok=True)
+    with pytest.raises(ConfigError, match=r"train.steps=6 is below step 8, which the run in"):
+        run_training(ToyTask(), dataclasses.replace(CFG, steps=6), tmp_path, verbose=False)
+    assert _losses(tmp_path) == _losses(reference[0])  # nothing was touched

@@ -1,11 +1,13 @@
-"""Metric writers: JSONL truncation on resume, TensorBoard events read back, wandb offline."""
+"""Metric writers: JSONL truncation on resume and rewrite for experiments, damaged files,
+TensorBoard events read back, wandb offline and its stable run id."""
 
 import json
 
 import numpy as np
 import pytest
 
-from jaxlab.core.metrics import MetricWriter, read_metrics, to_jsonable, write_json
+from jaxlab.core.errors import RunError
+from jaxlab.core.metrics import MetricWriter, read_metrics, to_jsonable, wandb_run_id, write_json
 
 
 def test_jsonl_and_tensorboard_round_trip(tmp_path):
@@ -68,3 +70,50 @@ def test_concurrent_write_json_from_two_processes(tmp_path):
 def _write_many(path):
     for _ in range(200):
         write_json(path, {"a": 1})
+
+
+def test_experiment_level_writer_rewrites_instead_of_appending(tmp_path):
+    for _ in range(2):  # the experiment run twice on the same workdir
+        with MetricWriter(tmp_path, tensorboard=False) as writer:
+            for step in (0, 1):
+                writer.write(step, {"loss": step})
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1]
+
+
+def test_half_written_last_line_is_dropped(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 1}\n{"step": 2, "lo')
+    assert read_metrics(tmp_path) == [{"step": 1, "loss": 1}]
+    with MetricWriter(tmp_path, start_step=1, tensorboard=False) as writer:
+        writer.write(2, {"loss": 2})
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "text", ['{"step": 1}\ngarbage\n{"step": 3}\n', '{"step": 1}\n[1, 2]\n', "\x00\xff"]
+)
+def test_damage_in_the_middle_is_a_one_line_error_naming_the_file(tmp_path, text):
+    (tmp_path / "metrics.jsonl").write_bytes(text.encode("latin-1"))
+    with pytest.raises(RunError, match=r"metrics.jsonl is damaged") as info:
+        MetricWriter(tmp_path, start_step=1, tensorboard=False)
+    assert "\n" not in str(info.value)
+
+
+def test_wandb_run_id_is_stable_across_processes(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from jaxlab.core.metrics import wandb_run_id; print(wandb_run_id(sys.argv[1]))"
+    )
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "my run")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert ids == {wandb_run_id(tmp_path / "my run")}
+    assert wandb_run_id(tmp_path / "other") != wandb_run_id(tmp_path / "my run")
+    assert ids.pop().startswith("my_run-")

@@ -17,6 +17,15 @@ import pytest
 from jaxlab.core.metrics import read_metrics
 
 COMPARED = ("loss", "bits_per_byte", "grad_norm", "eval_loss", "eval_bits_per_byte")
+# A fixed short recipe (not the smoke preset, which is tuned to learn): 30 steps at a modest rate,
+# so that two processes reproduce one to 1e-5 (float differences of reductions across processes
+# grow with the learning rate and the number of steps).
+RECIPE = (
+    "train.steps=30",
+    "train.learning_rate=3e-3",
+    "train.batch_size=8",
+    "train.eval_batches=2",
+)
 
 
 def _command(workdir, *extra):
@@ -29,6 +38,7 @@ def _command(workdir, *extra):
         str(workdir),
         "--set",
         "train.tensorboard=false",
+        *(f"--set={kv}" for kv in RECIPE),
         *extra,
     ]
 

@@ -1,12 +1,20 @@
-"""The command line of ``experiments/run.py``: listing, exit codes and one-line user errors."""
+"""The command line of ``experiments/run.py``: listing, exit codes, one table of bad inputs that
+each give one line, and the workdir rules (late errors, locks, resuming after a divergence)."""
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from jaxlab.core import experiment
+from jaxlab.core.errors import RunError
+from jaxlab.core.metrics import read_metrics
+from tests.core.test_workdir import HOLD
 
 
 @pytest.fixture(scope="module")
@@ -26,34 +34,188 @@ def test_list_shows_every_experiment_with_its_claim(run_main, capsys, repo_root)
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
 
 
+@pytest.fixture(scope="module")
+def finished(run_main, tmp_path_factory):
+    """A finished 4-step ``lm_baseline --smoke`` run to copy into cases that resume one."""
+    workdir = tmp_path_factory.mktemp("finished")
+    assert run_main([*SMOKE4, "--workdir", str(workdir)]) == 0
+    return workdir
+
+
+SMOKE4 = ["--exp", "lm_baseline", "--smoke", "--set", "train.steps=4", "--set",
+          "train.tensorboard=false"]  # fmt: skip
+LM = ["--exp", "lm_baseline"]
+
+
+def _copy_finished(workdir, finished):
+    shutil.copytree(finished, workdir, dirs_exist_ok=True)
+
+
+def _file(workdir, finished):
+    (workdir / "f").write_text("not a directory")
+
+
+def _config_not_an_object(workdir, finished):
+    _copy_finished(workdir, finished)
+    (workdir / "config.json").write_text("[1, 2]")
+
+
+def _metrics_damaged_in_the_middle(workdir, finished):
+    _copy_finished(workdir, finished)
+    lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (workdir / "metrics.jsonl").write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
+
+
+def _other_config(workdir, finished):
+    _copy_finished(workdir, finished)
+    record = json.loads((workdir / "config.json").read_text())
+    record["config"]["data"] = "elsewhere"
+    (workdir / "config.json").write_text(json.dumps(record))
+
+
+# Every bad input reaching the command line: (id, argv, setup of the workdir, exit code, message).
+# "{w}" in argv is the test's workdir; setup(workdir, finished) prepares it.
+BAD_INPUT = [
+    ("unknown-key", [*LM, "--set", "train.stpes=3"], None, 2, "did you mean train.steps"),
+    ("wrong-type", [*LM, "--set", "train.steps=lots"], None, 2, "train.steps='lots': expected int"),
+    ("heads", [*LM, "--set", "model.num_heads=3"], None, 2, "must divide model.d_model"),
+    ("unknown-exp", ["--exp", "lm_basline"], None, 2, "did you mean lm_baseline"),
+    ("unknown-preset", [*LM, "--set", "preset=huge"], None, 2, "unknown preset 'huge'"),
+    ("smoke-and-preset", [*LM, "--smoke", "--set", "preset=paper"], None, 2, "conflicts"),
+    ("infinite-lr", [*LM, "--set", "train.learning_rate=inf"], None, 2,
+     "train.learning_rate must be positive and finite"),
+    ("adam-b1", [*LM, "--set", "train.b1=1"], None, 2, "train.b1 must lie in [0, 1)"),
+    ("adam-b2", [*LM, "--set", "train.b2=-0.1"], None, 2, "train.b2 must lie in [0, 1)"),
+    ("negative-eps", [*LM, "--set", "train.eps=-1e-8"], None, 2, "train.eps must be >= 0"),
+    ("no-accumulation", [*LM, "--set", "train.grad_accum_steps=0"], None, 2,
+     "train.grad_accum_steps must be positive"),
+    ("head-dim-0", ["--exp", "rmt_scaling", "--set", "head_dim=0"], None, 2,
+     "head_dim must be positive"),
+    ("empty-workdir", [*LM, "--smoke", "--workdir="], None, 2, "--workdir is empty; give a dir"),
+    ("workdir-is-a-file", [*LM, "--smoke", "--workdir", "{w}/f"], _file, 2, "is a file"),
+    ("workdir-below-a-file", [*LM, "--smoke", "--workdir", "{w}/f/run"], _file, 2,
+     "cannot create --workdir"),
+    ("byte-vocab-below-256", [*LM, "--smoke", "--workdir", "{w}", "--set", "model.vocab_size=200"],
+     None, 2, "output vocabulary (200) is smaller than the data's (256 byte values)"),
+    ("batch-over-devices", [*SMOKE4, "--workdir", "{w}", "--set", "train.batch_size=6"], None, 2,
+     "does not divide over the 8 data-parallel devices"),
+    ("accumulation-over-devices", [*SMOKE4, "--workdir", "{w}", "--set",
+     "train.grad_accum_steps=4"], None, 2, "micro-batches that divide over the 8"),
+    ("steps-below-checkpoint", [*SMOKE4, "--set", "train.steps=2", "--workdir", "{w}"],
+     _copy_finished, 2, "train.steps=2 is below step 4"),
+    ("config-not-an-object", [*SMOKE4, "--workdir", "{w}"], _config_not_an_object, 1,
+     "config.json is damaged (not a JSON object)"),
+    ("metrics-damaged", [*SMOKE4, "--workdir", "{w}"], _metrics_damaged_in_the_middle, 1,
+     "metrics.jsonl is damaged at line 2"),
+    ("other-config", [*SMOKE4, "--workdir", "{w}"], _other_config, 1,
+     "holds a run with a different config (config.data)"),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--exp", "lm_baseline", "--set", "train.stpes=3"], "did you mean train.steps"),
-        (["--exp", "lm_baseline", "--set", "train.steps=lots"], "train.steps='lots': expected int"),
-        (["--exp", "lm_baseline", "--set", "model.num_heads=3"], "must divide model.d_model"),
-        (["--exp", "lm_basline"], "did you mean lm_baseline"),
-        (["--exp", "lm_baseline", "--set", "preset=huge"], "unknown preset 'huge'"),
-        (["--exp", "lm_baseline", "--smoke", "--set", "preset=paper"], "conflicts"),
-    ],
+    "argv, setup, code, message",
+    [case[1:] for case in BAD_INPUT],
+    ids=[case[0] for case in BAD_INPUT],
 )
-def test_user_errors_exit_2_with_one_line(run_main, capsys, argv, message):
-    assert run_main(argv) == 2
+def test_bad_input_exits_with_one_line(
+    run_main, capsys, tmp_path, request, argv, setup, code, message
+):
+    if setup is not None:
+        setup(tmp_path, request.getfixturevalue("finished"))
+    capsys.readouterr()
+    assert run_main([a.replace("{w}", str(tmp_path)) for a in argv]) == code
     err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1 and err.startswith("error:")
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("error:"), err
 
 
 def test_list_keys(run_main, capsys):
     assert run_main(["--exp", "lm_baseline", "--smoke", "--list-keys"]) == 0
     out = capsys.readouterr().out
-    assert "train.steps = 30" in out and "model.d_model = 32" in out
+    assert "train.steps = 60" in out and "model.d_model = 32" in out
 
 
-def test_workdir_with_other_config_is_refused(run_main, capsys, tmp_path):
-    record = {"experiment": "lm_baseline", "preset": "smoke", "config": {"data": "elsewhere"}}
-    (tmp_path / "config.json").write_text(json.dumps(record))
-    assert run_main(["--exp", "lm_baseline", "--smoke", "--workdir", str(tmp_path)]) == 1
-    assert "different config" in capsys.readouterr().err
+def test_late_config_error_does_not_poison_the_default_workdir(
+    run_main, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the default workdir runs/lm_baseline_smoke lands here
+    assert run_main([*SMOKE4, "--set", "train.batch_size=6"]) == 2
+    assert "does not divide over the 8" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "lm_baseline_smoke" / "config.json").exists()
+    assert run_main([*SMOKE4, "--set", "train.batch_size=8"]) == 0
+    record = json.loads((tmp_path / "runs" / "lm_baseline_smoke" / "config.json").read_text())
+    assert record["config"]["train"]["batch_size"] == 8
+
+
+def test_a_second_run_on_a_held_workdir_refuses_in_one_line(run_main, capsys, tmp_path, repo_root):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)],
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(repo_root)),
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        assert run_main([*SMOKE4, "--workdir", str(tmp_path)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"error: {tmp_path} is in use by another run (process {proc.pid}); wait for it to "
+            "finish, or use another --workdir"
+        )
+        assert not (tmp_path / "config.json").exists()  # refused before writing anything
+    finally:
+        proc.kill()
+        proc.wait()
+    # The killed holder's lock file stays behind and does not block the run.
+    assert run_main([*SMOKE4, "--workdir", str(tmp_path)]) == 0
+
+
+CLIMB = """\"\"\"A parameter climbs at the learning rate to a cliff where the loss is NaN.\"\"\"
+import dataclasses
+
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.loop import run_training
+from jaxlab.testing.toy import ClimbTask
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    train: TrainConfig = TrainConfig(
+        steps=6, batch_size=8, learning_rate=0.3, warmup_steps=0, min_lr_ratio=1.0,
+        checkpoint_every=3, eval_every=6, log_every=1, tensorboard=False,
+    )
+
+
+def get_config(preset="default"):
+    return Config()
+
+
+def run(cfg, workdir):
+    return run_training(ClimbTask(), cfg.train, workdir, verbose=False)
+"""
+
+
+def test_nan_error_names_a_rerun_that_resumes_from_the_last_good_checkpoint(tmp_path):
+    (tmp_path / "exps").mkdir()
+    (tmp_path / "exps" / "climb.py").write_text(CLIMB)
+    workdir = tmp_path / "run"
+    # lr 0.3: w = 0.9 after step 3 (checkpointed), 1.2 after step 4, so the loss of step 5 is NaN.
+    with pytest.raises(RunError) as info:
+        experiment.launch(tmp_path / "exps", "climb", workdir=workdir)
+    message = str(info.value)
+    assert message.startswith("non-finite loss (nan) at step 5; the last good checkpoint (step 3)")
+    assert message.count("\n") == 0 and "it resumes from step 3" in message
+    # Follow the advice literally.
+    key, value = re.search(r"--set (train\.learning_rate)=(\S+)", message).groups()
+    summary = experiment.launch(tmp_path / "exps", "climb", workdir=workdir, overrides={key: value})
+    assert summary["resumed_from"] == 3 and summary["final_step"] == 6
+    rows = read_metrics(workdir)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    w = [r["w"] for r in rows]
+    np.testing.assert_allclose(w[:4], [0.0, 0.3, 0.6, 0.9], atol=1e-5)  # as before the NaN
+    np.testing.assert_allclose(np.diff(w[3:]), float(value), rtol=1e-3)  # then the lower rate
+    record = json.loads((workdir / "config.json").read_text())
+    assert record["config"]["train"]["learning_rate"] == float(value)
 
 
 def test_real_cli_exit_code_without_traceback(repo_root):

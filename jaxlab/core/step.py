@@ -1,0 +1,182 @@
+"""The pure functions the loop jits: state creation, the train step, the eval step, a hook step.
+
+The train state is the ``nnx.State`` of ``(model, optimizer)`` — plus a third entry holding the
+task's non-parameter state when the task has one (:func:`jaxlab.core.task.has_task_state`), so the
+checkpoints of tasks without one keep their layout.
+
+The train step returns, besides the task's metrics and ``grad_norm``, a flag
+:data:`STATE_FINITE` saying whether every parameter (and task-state entry) after the update is
+finite. The loop reads it back before writing any checkpoint: a step whose loss is finite but whose
+gradient or update is not (``jnp.where`` over a branch with a NaN gradient, ``sqrt`` at 0) would
+otherwise be saved as the last good state.
+
+With ``grad_accum_steps = k > 1`` the global batch of B rows is split into k micro-batches of B/k
+rows (row ``j`` goes to micro-batch ``j mod k``, so each micro-batch stays spread over all the
+data-parallel devices), their gradients are summed in a ``lax.scan`` and divided by k before one
+optimizer update. For a loss that is a mean over equally sized rows this is the gradient of the
+full batch, at the memory of one micro-batch. A task state is threaded through the micro-batches in
+order. The loss must not mutate the model (randomness comes from the key, carried state from the
+task state): inside the scan the model is rebuilt from its arrays for every micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jaxlab.core.mesh import constrain
+from jaxlab.core.task import StateHook, Task, TrainState, has_task_state
+
+__all__ = [
+    "STATE_FINITE",
+    "all_finite",
+    "create_state",
+    "make_eval_step",
+    "make_hook_step",
+    "make_train_step",
+    "merge_state",
+    "split_state",
+    "task_loss",
+]
+
+STATE_FINITE = "state_finite"  # metric key of the finiteness flag; the loop pops it
+
+
+class TaskStateVar(nnx.Variable):
+    """A leaf of a task's non-parameter state (never differentiated or optimised)."""
+
+
+class _TaskStateBox(nnx.Module):
+    def __init__(self, tree: Any):
+        self.tree = nnx.data(jax.tree.map(TaskStateVar, tree))
+
+    def get(self) -> Any:
+        return jax.tree.map(
+            lambda v: v[...], self.tree, is_leaf=lambda x: isinstance(x, nnx.Variable)
+        )
+
+
+def create_state(task: Task, tx: optax.GradientTransformation, key: jax.Array) -> Any:
+    """Builds the model, its optimizer (and the task state); returns their ``(graphdef, state)``."""
+    model = task.build_model(nnx.Rngs(params=key))
+    objects = (model, nnx.Optimizer(model, tx, wrt=nnx.Param))
+    if has_task_state(task):
+        objects += (_TaskStateBox(task.init_task_state(jax.random.fold_in(key, 1))),)
+    return nnx.split(objects)
+
+
+def merge_state(graphdef: Any, state: Any) -> TrainState:
+    """The live :class:`TrainState` of a split train state."""
+    objects = nnx.merge(graphdef, state)
+    task_state = objects[2].get() if len(objects) == 3 else None
+    return TrainState(objects[0], objects[1], task_state)
+
+
+def split_state(train_state: TrainState, stateful: bool) -> Any:
+    """The ``nnx.State`` of a :class:`TrainState` (inverse of :func:`merge_state`)."""
+    objects = (train_state.model, train_state.optimizer)
+    if stateful:
+        objects += (_TaskStateBox(train_state.task_state),)
+    return nnx.split(objects)[1]
+
+
+def task_loss(task: Task) -> Callable:
+    """The loss as ``(model, batch, key, task_state) -> (objective, metrics, task_state)``."""
+    if has_task_state(task):
+        return task.loss
+    return lambda model, batch, key, task_state: (*task.loss(model, batch, key), task_state)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """True when every floating-point entry of ``tree`` is finite (one fused reduction)."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    if not leaves:
+        return jnp.array(True)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def _micro_batches(x: jax.Array, k: int) -> jax.Array:
+    """``(B, ...) -> (k, B/k, ...)`` with row ``j`` in micro-batch ``j mod k``."""
+    return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
+
+
+def make_train_step(task: Task, graphdef: Any, grad_accum_steps: int = 1) -> Callable:
+    """The pure train step ``(state, batch, key) -> (state, metrics)`` for ``jax.jit``.
+
+    Also used to lower and compile a step ahead of time for a target mesh (see
+    :mod:`jaxlab.core.aot`), so that what is compiled there is exactly what the loop runs.
+    """
+    loss_fn, stateful, k = task_loss(task), has_task_state(task), grad_accum_steps
+
+    def grads_of(model, batch, key, task_state):
+        def objective(m):
+            value, metrics, new_task_state = loss_fn(m, batch, key, task_state)
+            return value, (metrics, new_task_state)
+
+        grad_fn = nnx.value_and_grad(objective, has_aux=True)
+        (_, (metrics, task_state)), grads = grad_fn(model)
+        return grads, metrics, task_state
+
+    def train_step(state, batch, key):
+        ts = merge_state(graphdef, state)
+        if k == 1:
+            grads, metrics, task_state = grads_of(ts.model, batch, key, ts.task_state)
+        else:
+            # NNX objects may not cross into the scan's trace: rebuild the model there from arrays.
+            model_def, model_state = nnx.split(ts.model)
+            model_leaves, model_tree = jax.tree.flatten(model_state)
+
+            def micro_step(carry, i_and_batch):
+                grad_sum, task_state = carry
+                i, micro = i_and_batch
+                micro = {
+                    name: constrain(x, "batch", *([None] * (x.ndim - 1)))
+                    for name, x in micro.items()
+                }
+                model = nnx.merge(model_def, jax.tree.unflatten(model_tree, model_leaves))
+                grads, metrics, task_state = grads_of(
+                    model, micro, jax.random.fold_in(key, i), task_state
+                )
+                return (jax.tree.map(jnp.add, grad_sum, grads), task_state), metrics
+
+            zeros = jax.tree.map(jnp.zeros_like, nnx.state(ts.model, nnx.Param))
+            micro = {name: _micro_batches(x, k) for name, x in batch.items()}
+            (grad_sum, task_state), metrics = jax.lax.scan(
+                micro_step, (zeros, ts.task_state), (jnp.arange(k), micro)
+            )
+            grads = jax.tree.map(lambda g: g / k, grad_sum)
+            metrics = jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+        ts.optimizer.update(ts.model, grads)
+        new_state = split_state(TrainState(ts.model, ts.optimizer, task_state), stateful)
+        finite = all_finite((nnx.state(ts.model, nnx.Param), task_state))
+        metrics = {**metrics, "grad_norm": optax.tree.norm(grads), STATE_FINITE: finite}
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(task: Task, graphdef: Any) -> Callable:
+    """``(state, batch) -> metrics``: the task's loss metrics without a key or state update."""
+    loss_fn = task_loss(task)
+
+    def eval_step(state, batch):
+        ts = merge_state(graphdef, state)
+        return loss_fn(ts.model, batch, None, ts.task_state)[1]
+
+    return eval_step
+
+
+def make_hook_step(hook: StateHook, graphdef: Any, stateful: bool) -> Callable:
+    """``(state, step) -> (state, finite)`` running ``hook.fn`` on the live train state."""
+
+    def hook_step(state, step):
+        ts = hook.fn(merge_state(graphdef, state), step)
+        new_state = split_state(ts, stateful)
+        return new_state, all_finite((nnx.state(ts.model, nnx.Param), ts.task_state))
+
+    return hook_step

@@ -1,0 +1,109 @@
+"""The run directory: checked before use, locked while a run uses it, and whether it holds a run.
+
+* :func:`prepare_workdir` turns a bad ``--workdir`` (empty, a file, not creatable or not
+  writable) into a one-line :class:`~jaxlab.core.errors.ConfigError` before anything is written.
+* :func:`workdir_lock` holds an exclusive ``fcntl.flock`` on ``WORKDIR/.lock-<process index>``
+  while a run uses the directory, so a second run started on the same workdir refuses in one line
+  instead of training the same steps into the same files. The operating system releases the lock
+  when its process dies, so the file a killed run leaves behind never blocks the resume. Each
+  process of a multi-process run locks its own file (they share the directory on purpose); within
+  one process the lock is re-entrant (the experiment launcher and the loop both take it).
+* :func:`holds_run` says whether a directory holds a run worth protecting: a checkpoint (in it or
+  in a sub-run one level down) or a finished run's ``summary.json``. A directory without either
+  holds nothing to resume, so a command that failed before its first checkpoint (a late config
+  error) does not block the corrected command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pathlib
+from collections.abc import Iterator
+
+from jaxlab.core.errors import ConfigError, RunError
+
+__all__ = ["holds_run", "prepare_workdir", "workdir_lock"]
+
+# Locks this process holds: resolved lock path -> [file descriptor, depth].
+_HELD: dict[str, list[int]] = {}
+
+
+def prepare_workdir(workdir: str | os.PathLike) -> pathlib.Path:
+    """Creates ``workdir`` if needed and checks that a run can write there.
+
+    Raises:
+      ConfigError: the path is empty, is a file, cannot be created or is not writable.
+    """
+    if not str(workdir).strip():
+        raise ConfigError("--workdir is empty; give a directory, e.g. --workdir runs/NAME")
+    path = pathlib.Path(workdir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--workdir {path} is a file; give a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"cannot create --workdir {path} ({err.strerror}); give a writable directory"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--workdir {path} is not writable; give a writable directory")
+    return path
+
+
+def _process_index() -> int:
+    """This process's index in a multi-process run (0 when single-process)."""
+    import jax  # Deferred: the launcher checks the workdir before JAX is needed.
+
+    if jax.distributed.is_initialized():
+        return jax.process_index()
+    return int(os.environ.get("JAXLAB_PROCESS_ID", "0"))
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str | os.PathLike) -> Iterator[pathlib.Path]:
+    """Holds this process's lock on ``workdir`` for the duration of the block.
+
+    Raises:
+      RunError: another live process holds the lock (the message names its process id).
+    """
+    path = (pathlib.Path(workdir) / f".lock-{_process_index()}").resolve()
+    key = str(path)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield path
+        finally:
+            _HELD[key][1] -= 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunError(
+            f"{pathlib.Path(workdir)} is in use by another run (process {holder}); wait for it "
+            "to finish, or use another --workdir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = [fd, 1]
+    try:
+        yield path
+    finally:
+        del _HELD[key]
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def holds_run(workdir: str | os.PathLike) -> bool:
+    """Whether ``workdir`` holds a checkpoint (its own or a sub-run's) or a finished summary."""
+    path = pathlib.Path(workdir)
+    if (path / "summary.json").exists():
+        return True
+    for checkpoints in (path / "checkpoints", *path.glob("*/checkpoints")):
+        if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+            return True
+    return False

@@ -1,0 +1,47 @@
+"""The persistent compilation cache: where it goes, how to turn it off, and that run.py uses it."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from jaxlab.core.compile_cache import cache_dir
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"HOME": "/home/u"}, "/home/u/.cache/jaxlab/jax"),
+        ({"HOME": "/home/u", "XDG_CACHE_HOME": "/xdg"}, "/xdg/jaxlab/jax"),
+        ({"HOME": "/home/u", "JAXLAB_COMPILATION_CACHE": "/elsewhere"}, "/elsewhere"),
+        ({"HOME": "/home/u", "JAXLAB_COMPILATION_CACHE": "off"}, None),
+        ({"HOME": "/home/u", "JAX_COMPILATION_CACHE_DIR": "/jax"}, None),  # JAX's own setting
+    ],
+)
+def test_cache_dir_from_environment(env, expected):
+    got = cache_dir(env)
+    assert (str(got) if got else None) == expected
+
+
+def test_suite_never_writes_into_home():
+    assert cache_dir() is None  # tests/conftest.py turns the cache off
+
+
+def test_run_py_fills_the_cache_it_is_given(repo_root, tmp_path):
+    env = dict(os.environ, JAXLAB_COMPILATION_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
+    command = [
+        sys.executable,
+        "experiments/run.py",
+        "--exp=lm_baseline",
+        "--smoke",
+        "--workdir",
+        str(tmp_path / "run"),
+        "--set",
+        "train.steps=2",
+        "--set",
+        "train.tensorboard=false",
+    ]
+    subprocess.run(command, cwd=repo_root, env=env, check=True, capture_output=True, timeout=300)
+    assert len(list(pathlib.Path(tmp_path / "cache").iterdir())) > 0
