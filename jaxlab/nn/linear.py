@@ -133,14 +133,28 @@ def _activate(y: Array, activation: str | None) -> Array:
 class LinearMap(nnx.Module):
     """The interface of every kind: ``layer(x, activation=None) = act(x @ layer.dense_matrix())``.
 
-    Subclasses set ``d_in``, ``d_out`` and ``dtype`` (the compute dtype) and implement
-    :meth:`product` and :meth:`dense_matrix`; the dense kind overrides ``__call__`` to fuse the
-    activation into the Pallas matmul.
+    A kind is added by one :class:`LinearKind` member, one subclass and one :data:`LINEAR_KINDS`
+    entry (plus :class:`LinearSpec` / :class:`~jaxlab.nn.lm_config.LMConfig` fields for new
+    options). A subclass takes ``(d_in, d_out, *, std, axes, dtype, param_dtype, rngs, **options)``,
+    sets ``d_in``, ``d_out`` and ``dtype`` (the compute dtype) and implements :meth:`options`,
+    :meth:`validate`, :meth:`product` and :meth:`dense_matrix`; the dense kind overrides
+    ``__call__`` to fuse the activation into the Pallas matmul.
     """
 
     d_in: int
     d_out: int
     dtype: jnp.dtype
+
+    @staticmethod
+    def options(spec: LinearSpec) -> dict:
+        """The constructor's keyword options, read from a spec (e.g. ``{"rank": spec.rank}``)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def validate(d_in: int, d_out: int, **options) -> None:
+        """Raises a one-line :class:`ConfigError` unless ``options`` fit a ``d_in -> d_out`` map;
+        structured kinds start the message with the offending option (``"rank=0 must ..."``)."""
+        raise NotImplementedError
 
     def product(self, x: Float[Array, "... d_in"]) -> Float[Array, "... d_out"]:
         raise NotImplementedError
@@ -404,9 +418,7 @@ class MLR(LinearMap):
         return m
 
 
-# The one dispatch table: each class names the spec fields it reads (``options``) and checks them
-# for a shape (``validate``, also called by its constructor; a structured kind's message starts
-# with the option's name, which a config prefixes with its own field name).
+# The one dispatch table, read by LinearSpec (the default factory) and nowhere else.
 LINEAR_KINDS: dict[LinearKind, type[LinearMap]] = {
     LinearKind.DENSE: Dense,
     LinearKind.LOW_RANK: LowRank,
