@@ -46,6 +46,9 @@ class LMConfig:
         attention projections where the model has them; :class:`jaxlab.nn.linear.LinearKind`).
       linear_rank, linear_btt_rank, linear_mlr_ranks: options of ``low_rank``, ``btt``, ``mlr``.
       dtype, param_dtype: compute and parameter dtypes.
+
+    A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
+    maps in :meth:`linear_shapes`, and its preset table :attr:`PAPER`.
     """
 
     # Presets of ``.paper(size)``: size -> field values (with PAPER_COMMON), set by subclasses.
@@ -73,13 +76,14 @@ class LMConfig:
             value = getattr(self, name)
             check(value > 0, f"model.{name} must be positive, got {value}")
         check_choices(self, "model.")
+        self.check_fields()
+        self._check_linear()
 
-    def check_linear(self) -> None:
-        """Checks the linear options against every shape in :meth:`linear_shapes`.
+    def check_fields(self) -> None:
+        """The subclass's own checks (override; raise ConfigError); they run before the linear
+        options are checked against :meth:`linear_shapes`, which may rely on them."""
 
-        Subclasses call it at the end of their ``__post_init__``, once their own fields (which the
-        shapes are computed from) have been checked.
-        """
+    def _check_linear(self) -> None:
         spec = self.linear_factory()
         for d_in, d_out in self.linear_shapes():
             try:

@@ -49,8 +49,7 @@ class TransformerConfig(LMConfig):
     num_heads: int = 4
     num_kv_heads: int = 0  # 0 = num_heads (multi-head); fewer gives GQA/MQA
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check_fields(self) -> None:
         for name in ("d_model", "num_heads"):
             check(getattr(self, name) > 0, f"model.{name} must be positive")
         check(
@@ -64,7 +63,6 @@ class TransformerConfig(LMConfig):
             f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
         )
         check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means 4 * d_model)")
-        self.check_linear()
 
     @property
     def kv_heads(self) -> int:

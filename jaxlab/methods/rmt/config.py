@@ -60,13 +60,11 @@ class RMTConfig(LMConfig):
     mup_base_d_value: int = 0
     mup_base_d_ff: int = 0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check_fields(self) -> None:
         for name in ("rank", "d_key", "d_value", "d_ff"):
             check(
                 getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}"
             )
-        self.check_linear()
 
     @property
     def width(self) -> int:
