@@ -36,6 +36,7 @@ class Config:
     train: TrainConfig
     mesh: MeshConfig = MeshConfig()
     data: str = "kjv"
+    z_loss: float = 0.0  # z-loss coefficient of the LM objective (not in the reported loss)
 
 
 PRESETS = {
@@ -92,7 +93,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         build=lambda rngs: Transformer(cfg.model, rngs=rngs),
         seq_len=cfg.model.seq_len,
         source=cfg.data,
-        z_loss=cfg.model.z_loss,
+        z_loss=cfg.z_loss,
     )
     summary = run_training(task, cfg.train, workdir, mesh_cfg=cfg.mesh, config_record=to_dict(cfg))
     floor = unigram_entropy_bits(task.val_docs)

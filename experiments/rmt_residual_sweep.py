@@ -37,6 +37,7 @@ class Config:
     seeds: tuple[int, ...] = (0, 1)
     model: RMTConfig = RMTConfig(seq_len=128, num_layers=2, rank=8, d_key=8, d_value=16, d_ff=512)
     data: str = "kjv"
+    z_loss: float = 1e-4  # z-loss coefficient of the LM objective (not in the reported loss)
     train: TrainConfig = TrainConfig(
         steps=300,
         batch_size=16,
@@ -51,6 +52,7 @@ class Config:
     def __post_init__(self) -> None:
         check(len(self.d_keys) >= 2, "rmt_residual_sweep needs at least two d_keys")
         check(len(self.seeds) >= 1, "rmt_residual_sweep needs at least one seed")
+        check(self.z_loss >= 0, "z_loss must be >= 0")
 
 
 def get_config(preset: str = "default") -> Config:
@@ -83,7 +85,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 build=lambda rngs, c=model_cfg: RMT(c, rngs=rngs),
                 seq_len=model_cfg.seq_len,
                 source=cfg.data,
-                z_loss=model_cfg.z_loss,
+                z_loss=cfg.z_loss,
             )
             losses = []
             for seed in cfg.seeds:
@@ -91,7 +93,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     task,
                     dataclasses.replace(cfg.train, seed=seed),
                     workdir / f"dk{d_key}_seed{seed}",
-                    config_record=to_dict(model_cfg),
+                    config_record={**to_dict(model_cfg), "z_loss": cfg.z_loss},
                 )
                 losses.append(summary["eval"]["eval_loss"])
             params = count_params(nnx.eval_shape(lambda c=model_cfg: RMT(c, rngs=nnx.Rngs(0))))

@@ -64,6 +64,9 @@ class Config:
     paper_pairs: bool = False  # use the paper's presets instead of widths/layers
     mup: bool = False  # µP learning rates for the RMTs, with the smallest pair as the base model
     data: str = "kjv"
+    # z-loss coefficients of the LM objective (not in the reported loss), per architecture.
+    transformer_z_loss: float = 0.0
+    rmt_z_loss: float = 1e-4
     time_rounds: int = 5  # interleaved timing rounds per pair (0 skips the step-time benchmark)
     train: TrainConfig = TrainConfig()
     mesh: MeshConfig = MeshConfig()
@@ -75,6 +78,7 @@ class Config:
         for w in self.widths:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
         check(self.d_key >= 0 and self.residual_ratio > 0, "need d_key >= 0, residual_ratio > 0")
+        check(self.transformer_z_loss >= 0 and self.rmt_z_loss >= 0, "z-losses must be >= 0")
 
     def pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
         pairs = self._pairs()
@@ -163,23 +167,23 @@ def get_config(preset: str = "default") -> Config:
 
 
 def _train(arch, model_cfg, cfg: Config, workdir: pathlib.Path) -> dict:
-    cls, flops = (
-        (Transformer, transformer_flops_per_token)
+    cls, flops, z_loss = (
+        (Transformer, transformer_flops_per_token, cfg.transformer_z_loss)
         if arch == "transformer"
-        else (RMT, rmt_flops_per_token)
+        else (RMT, rmt_flops_per_token, cfg.rmt_z_loss)
     )
     task = LMTask(
         build=lambda rngs: cls(model_cfg, rngs=rngs),
         seq_len=model_cfg.seq_len,
         source=cfg.data,
-        z_loss=model_cfg.z_loss,
+        z_loss=z_loss,
     )
     run_training(
         task,
         cfg.train,
         workdir,
         mesh_cfg=cfg.mesh,
-        config_record={"model": to_dict(model_cfg), "train": to_dict(cfg.train)},
+        config_record={"model": to_dict(model_cfg), "train": to_dict(cfg.train), "z_loss": z_loss},
         lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
     )
     rows = [r for r in read_metrics(workdir) if "eval_loss" in r]

@@ -3,25 +3,38 @@
 MaxText's trick for catching out-of-memory and under-sharding early: lower and compile the exact
 train step the loop runs (:func:`jaxlab.core.loop.make_train_step`) on abstract inputs carrying
 their shardings — nothing is allocated or executed — then read XLA's ``memory_analysis()``. On a
-CPU host, ``--xla_force_host_platform_device_count`` simulates the devices of a pod slice.
+CPU host, ``--xla_force_host_platform_device_count`` simulates the devices of a pod slice; the
+count is fixed when JAX starts its backend, so :func:`run_with_devices` runs a function in a fresh
+process with the device count it needs (jax 0.10 has no compile-only CPU or GPU topology to target
+instead: ``jax.experimental.topologies`` describes TPUs only, and needs libtpu).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import jax
 import optax
 from flax import nnx
 
+from jaxlab.core.errors import RunError
 from jaxlab.core.loop import Task, create_state, make_train_step
 from jaxlab.core.mesh import AxisRules, batch_sharding, state_shardings
 
-__all__ = ["compile_train_step"]
+__all__ = ["compile_train_step", "run_with_devices"]
+
+T = TypeVar("T")
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 
 def _bytes(leaves, per_device: bool) -> int:
@@ -83,3 +96,61 @@ def compile_train_step(
         "lower_seconds": lowered_at - start,
         "compile_seconds": done - lowered_at,
     }
+
+
+def run_with_devices(fn: Callable[[], T], num_devices: int) -> T:
+    """Calls ``fn()`` where JAX has exactly ``num_devices`` (simulated) CPU devices.
+
+    In this process when it already has them (e.g. the tests' 8 devices), otherwise in a fresh
+    ``python -m jaxlab.core.aot`` process started with ``--xla_force_host_platform_device_count``.
+    ``fn`` travels there by pickle, so it must be importable (a module-level function or a
+    ``functools.partial`` of one over picklable arguments); its result and any exception it raises
+    come back by pickle too (a ConfigError in the child is a ConfigError here). The child's output
+    goes to this process's stdout and stderr.
+
+    Raises:
+      RunError: the child died without a result (killed, out of memory).
+    """
+    if jax.default_backend() == "cpu" and jax.device_count() == num_devices:
+        return fn()
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_FLAG)]
+    root = str(pathlib.Path(__file__).resolve().parents[2])  # the checkout holding jaxlab/
+    env = {
+        **os.environ,
+        "XLA_FLAGS": " ".join([*flags, f"{_DEVICE_FLAG}={num_devices}"]),
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    }
+    with tempfile.TemporaryDirectory(prefix="jaxlab_aot_") as tmp:
+        job, result = pathlib.Path(tmp, "job.pkl"), pathlib.Path(tmp, "result.pkl")
+        job.write_bytes(pickle.dumps(fn))
+        code = subprocess.run(
+            [sys.executable, "-m", "jaxlab.core.aot", str(job), str(result)], env=env
+        ).returncode
+        if not result.exists():
+            raise RunError(
+                f"the {num_devices}-device compile process ended (exit status {code}) without a "
+                "result; see its output above"
+            )
+        ok, value = pickle.loads(result.read_bytes())
+    if not ok:
+        raise value
+    return value
+
+
+def _child(job: str, result: str) -> None:
+    """The child side of :func:`run_with_devices`: run the pickled job, pickle what it gave."""
+    fn = pickle.loads(pathlib.Path(job).read_bytes())
+    try:
+        payload = (True, fn())
+    except Exception as err:  # noqa: BLE001 - every failure goes back to the parent
+        payload = (False, err)
+    try:
+        data = pickle.dumps(payload)
+    except Exception:  # noqa: BLE001 - an unpicklable result or exception
+        data = pickle.dumps((False, RunError(f"compile process: {payload[1]!r}")))
+    pathlib.Path(result).write_bytes(data)
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:3])

@@ -239,7 +239,8 @@ def _unknown(key: str, cfg: Any) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
-def _set(cfg: Any, path: list[str], text: str, full_key: str, root: Any) -> Any:
+def _coerce_at(cfg: Any, path: list[str], text: str, full_key: str, root: Any) -> Any:
+    """The value ``text`` takes at ``path`` below ``cfg``, typed from its field's annotation."""
     fields = _fields(type(cfg))
     name = path[0]
     if name not in fields:
@@ -248,30 +249,42 @@ def _set(cfg: Any, path: list[str], text: str, full_key: str, root: Any) -> Any:
     if len(path) > 1:
         if not dataclasses.is_dataclass(current):
             raise _unknown(full_key, root)
-        new = _set(current, path[1:], text, full_key, root)
-    else:
-        if dataclasses.is_dataclass(current):
-            raise ConfigError(
-                f"{full_key!r} is a group; set one of its fields, e.g. "
-                f"{full_key}.{next(iter(flat_keys(current)))}=..."
-            )
-        try:
-            new = _coerce(text, fields[name])
-        except ValueError:
-            raise ConfigError(f"{full_key}={text!r}: expected {_type_name(fields[name])}") from None
-    return dataclasses.replace(cfg, **{name: new})
+        return _coerce_at(current, path[1:], text, full_key, root)
+    if dataclasses.is_dataclass(current):
+        raise ConfigError(
+            f"{full_key!r} is a group; set one of its fields, e.g. "
+            f"{full_key}.{next(iter(flat_keys(current)))}=..."
+        )
+    try:
+        return _coerce(text, fields[name])
+    except ValueError:
+        raise ConfigError(f"{full_key}={text!r}: expected {_type_name(fields[name])}") from None
+
+
+def _replace(cfg: Any, changes: Mapping[tuple[str, ...], Any]) -> Any:
+    """``cfg`` with every change applied by one ``dataclasses.replace`` per dataclass, bottom-up."""
+    direct = {path[0]: value for path, value in changes.items() if len(path) == 1}
+    for name in dict.fromkeys(path[0] for path in changes if len(path) > 1):
+        below = {path[1:]: value for path, value in changes.items() if path[0] == name}
+        direct[name] = _replace(getattr(cfg, name), below)
+    return dataclasses.replace(cfg, **direct)
 
 
 def apply_overrides(cfg: Any, overrides: Mapping[str, str]) -> Any:
     """Returns ``cfg`` with dotted-key string overrides applied, typed from the annotations.
 
+    All the overrides of one dataclass are applied together, so its ``__post_init__`` checks the
+    combination (``--set model.linear=low_rank --set model.linear_rank=8`` works in either order).
+
     Raises:
       ConfigError: for an unknown key (naming the closest valid ones), a value that does not parse
         as the field's type, or a combination rejected by a dataclass's ``__post_init__``.
     """
-    for key, text in overrides.items():
-        cfg = _set(cfg, key.split("."), text, key, cfg)
-    return cfg
+    changes = {
+        tuple(key.split(".")): _coerce_at(cfg, key.split("."), text, key, cfg)
+        for key, text in overrides.items()
+    }
+    return _replace(cfg, changes)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -1,1 +1,3 @@
-"""Reusable NNX layers with explicit arguments, attention dispatch, and the baseline Transformer."""
+"""Reusable NNX layers with explicit arguments: linear maps (dense and structured), norms, MLP,
+embeddings, the attention dispatch, the config every LM shares, the baseline Transformer and the
+language-modelling task."""

@@ -1,13 +1,12 @@
-"""Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, init helpers.
+"""Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, embeddings.
 
-Layers take the numbers they need as arguments (never a config). ``param_init`` attaches logical
-axis names to an initializer (for :mod:`jaxlab.core.mesh`) with flax's eager sharding off, so the
-names are metadata until ``jax.jit(..., out_shardings=...)`` places the parameters.
+Layers take the numbers they need as arguments (never a config). Linear maps come from
+:mod:`jaxlab.nn.linear` (one constructor for dense and structured maps); ``param_init`` (logical
+axis names on an initializer) and ``default_matmul_impl`` live there and are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Literal
 
 import jax
@@ -15,9 +14,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn import attention
+from jaxlab.nn.linear import Dense, LinearFactory, LinearSpec, default_matmul_impl, param_init
 
 __all__ = [
     "MLP",
@@ -28,15 +26,6 @@ __all__ = [
     "param_init",
     "unembedding",
 ]
-
-
-def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
-    """An initializer annotated with logical axis names, one per parameter dimension.
-
-    Eager sharding is off for these variables: the names are metadata, so a model builds on one
-    device with no mesh, and :func:`jaxlab.core.mesh.state_shardings` turns them into shardings.
-    """
-    return nnx.with_partitioning(init, tuple(axes), eager_sharding=False)
 
 
 def make_norm(
@@ -54,22 +43,16 @@ def make_norm(
     raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
 
 
-def default_matmul_impl(platform: str | None = None) -> Literal["xla", "pallas"]:
-    """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU when
-    :func:`jaxlab.nn.attention.pallas_ready` says so (the same switch as the attention kernels:
-    ``JAXLAB_PALLAS=on``, or :data:`~jaxlab.nn.attention.PALLAS_VERIFIED_ON_HARDWARE` once the
-    native lowering has passed on hardware), XLA otherwise (on CPU Pallas only interprets)."""
-    return "pallas" if attention.pallas_ready(platform) else "xla"
-
-
 class MLP(nnx.Module):
-    """``W_out · GELU(W_in · x)`` without biases; ``W_out`` starts at N(0, out_std).
+    """``W_out · GELU(W_in · x)`` without biases; ``W_in`` starts at N(0, 0.02²), ``W_out`` at
+    N(0, out_std²) (or the structured equivalents, see :mod:`jaxlab.nn.linear`).
 
-    ``matmul_impl="pallas"`` runs both products through :func:`pallas_kernels.matmul` (float32
-    accumulation, the GELU fused into the first product's epilogue; interpreted on CPU, so slow
-    there); ``"xla"`` uses ``nnx.Linear``; ``"auto"`` (the default) resolves through
-    :func:`default_matmul_impl`. Both use the same parameters and the tanh GELU, so a model can
-    switch between them.
+    Both maps come from ``linear`` (a :class:`~jaxlab.nn.linear.LinearSpec` or any linear factory),
+    with logical axes ``("embed", "mlp")`` and ``("mlp", "embed")``. Without ``linear``, dense maps
+    with ``dtype``, ``param_dtype`` and ``matmul_impl`` are built: ``"pallas"`` runs both products
+    through :func:`pallas_kernels.matmul` with the GELU fused into the first one's epilogue,
+    ``"xla"`` through XLA, ``"auto"`` (the default) resolves through :func:`default_matmul_impl`.
+    Both backends use the same parameters and the tanh GELU, so a model can switch between them.
     """
 
     def __init__(
@@ -78,41 +61,19 @@ class MLP(nnx.Module):
         d_ff: int,
         *,
         out_std: float,
+        linear: LinearFactory | None = None,
         dtype: str = "float32",
         param_dtype: str = "float32",
         matmul_impl: Literal["auto", "xla", "pallas"] = "auto",
         rngs: nnx.Rngs,
     ):
-        if matmul_impl not in ("auto", "xla", "pallas"):
-            raise ValueError(
-                f"unknown matmul_impl {matmul_impl!r}; choose 'auto', 'xla' or 'pallas'"
-            )
-        matmul_impl = default_matmul_impl() if matmul_impl == "auto" else matmul_impl
-        kw = dict(use_bias=False, dtype=jnp.dtype(dtype), param_dtype=jnp.dtype(param_dtype))
-        self.up = nnx.Linear(
-            d_model,
-            d_ff,
-            kernel_init=param_init(nnx.initializers.normal(0.02), ("embed", "mlp")),
-            rngs=rngs,
-            **kw,
-        )
-        self.down = nnx.Linear(
-            d_ff,
-            d_model,
-            kernel_init=param_init(nnx.initializers.normal(out_std), ("mlp", "embed")),
-            rngs=rngs,
-            **kw,
-        )
-        self.matmul_impl = matmul_impl
-        self.dtype = jnp.dtype(dtype)
+        if linear is None:
+            linear = LinearSpec(dtype=dtype, param_dtype=param_dtype, matmul_impl=matmul_impl)
+        self.up = linear(d_model, d_ff, std=0.02, axes=("embed", "mlp"), rngs=rngs)
+        self.down = linear(d_ff, d_model, std=out_std, axes=("mlp", "embed"), rngs=rngs)
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
-        if self.matmul_impl == "xla":
-            return self.down(jax.nn.gelu(self.up(x_BTD)))
-        w_up_DF = self.up.kernel[...].astype(self.dtype)
-        w_down_FD = self.down.kernel[...].astype(self.dtype)
-        h_BTF = pallas_kernels.matmul(x_BTD.astype(self.dtype), w_up_DF, activation="gelu")
-        return pallas_kernels.matmul(h_BTF, w_down_FD)
+        return self.down(self.up(x_BTD, activation="gelu"))
 
 
 class TokenEmbedding(nnx.Module):
@@ -160,15 +121,16 @@ class TokenEmbedding(nnx.Module):
 
 def unembedding(
     dim: int, vocab_size: int, *, dtype: str, param_dtype: str, rngs: nnx.Rngs
-) -> nnx.Linear:
-    """The untied, bias-free output projection ``dim -> vocab_size``, N(0, 0.02) init."""
-    return nnx.Linear(
+) -> Dense:
+    """The untied, bias-free output projection ``dim -> vocab_size``, N(0, 0.02) init, XLA."""
+    return Dense(
         dim,
         vocab_size,
-        use_bias=False,
-        kernel_init=param_init(nnx.initializers.normal(0.02), ("embed", "vocab")),
-        dtype=jnp.dtype(dtype),
-        param_dtype=jnp.dtype(param_dtype),
+        std=0.02,
+        axes=("embed", "vocab"),
+        dtype=dtype,
+        param_dtype=param_dtype,
+        matmul_impl="xla",
         rngs=rngs,
     )
 

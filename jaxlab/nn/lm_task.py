@@ -4,9 +4,11 @@ The loss is the mean next-token cross-entropy in float32 (nats) plus an optional
 ``coef * mean(logsumexp(logits)^2)`` (PaLM, Chowdhery et al. 2022, Sec. 5), which is part of the
 objective but not of the reported ``loss``. For byte-level data, ``bits_per_byte`` is the loss
 divided by ln 2. Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
-baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. When the model is
-first built its output vocabulary is checked against the data's (256 byte values): a smaller one
-would index past the logits and is a one-line ConfigError.
+baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. The z-loss
+coefficient belongs to the task (and so to each experiment's config), not to a model's config.
+When the model is first built its output vocabulary is checked against the data's (256 byte
+values): a smaller one would index past the logits and is a one-line ConfigError.
+:func:`compile_lm_train_step` compiles an LM's train step for a mesh ahead of time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import chex
 import jax
@@ -22,11 +25,15 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxlab.core.aot import compile_train_step
+from jaxlab.core.config import TrainConfig, check
 from jaxlab.core.errors import ConfigError
+from jaxlab.core.mesh import AxisRules, MeshConfig, make_mesh
+from jaxlab.core.optim import make_optimizer
 from jaxlab.data.corpus import load_documents
 from jaxlab.data.text import VOCAB_SIZE, eval_batches, pack_documents, text_dataset
 
-__all__ = ["LMTask", "cross_entropy"]
+__all__ = ["LMTask", "compile_lm_train_step", "cross_entropy"]
 
 
 def cross_entropy(
@@ -57,6 +64,7 @@ class LMTask:
     z_loss: float = 0.0
 
     def __post_init__(self) -> None:
+        check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
         self.train_docs = load_documents(self.source, "train")
         self.val_docs = load_documents(self.source, "validation")
         self.train_rows = pack_documents(self.train_docs, self.seq_len)
@@ -104,3 +112,26 @@ class LMTask:
 
     def units_per_example(self) -> tuple[int, str]:
         return self.seq_len, "tokens"
+
+
+def compile_lm_train_step(
+    model_cls: Callable[..., nnx.Module],
+    model_cfg: Any,
+    *,
+    batch_size: int,
+    mesh_cfg: MeshConfig,
+    train_cfg: TrainConfig | None = None,
+    z_loss: float = 0.0,
+) -> dict[str, float]:
+    """Compiles the train step of the LM ``model_cls(model_cfg, rngs=...)`` ahead of time.
+
+    The step is the loop's own (:func:`jaxlab.core.aot.compile_train_step`) on a mesh over this
+    process's devices, for ``(batch_size, model_cfg.seq_len)`` batches; nothing is run. Module-level
+    and picklable, so :func:`jaxlab.core.aot.run_with_devices` can run it with simulated devices.
+    """
+    build = lambda rngs: model_cls(model_cfg, rngs=rngs)  # noqa: E731
+    task = LMTask(build=build, seq_len=model_cfg.seq_len, z_loss=z_loss)
+    shape = (batch_size, model_cfg.seq_len)
+    batch = {k: (shape, jnp.int32) for k in ("inputs", "targets", "segment_ids", "positions")}
+    tx = make_optimizer(train_cfg or TrainConfig())
+    return compile_train_step(task, tx, make_mesh(mesh_cfg), AxisRules(), batch)

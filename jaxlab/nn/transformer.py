@@ -13,50 +13,44 @@ Table 2): 49M / 160M / 260M / 405M with V = 50257 and N = 512.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import check
-from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
-from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, param_init, unembedding
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, unembedding
+from jaxlab.nn.lm_config import LMConfig
 
 __all__ = ["Transformer", "TransformerConfig"]
 
-_PAPER = {  # size: (d_model, num_layers, num_heads) — RMT paper, Table 2 (baseline column)
-    "49m": (384, 6, 12),
-    "160m": (768, 12, 12),
-    "260m": (896, 18, 14),
-    "405m": (1024, 24, 16),
-}
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig(LMConfig):
+    """Shape and options of :class:`Transformer` (common fields: :class:`~jaxlab.nn.LMConfig`);
+    invalid combinations fail here, when built.
 
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-    """Shape and options of :class:`Transformer`; invalid combinations fail here, when built."""
+    ``d_ff`` 0 means ``4 * d_model``. ``linear`` applies to the MLP and to the Q, K, V and output
+    projections.
+    """
 
-    vocab_size: int = 256
-    seq_len: int = 256
-    num_layers: int = 4
+    # size: fields — RMT paper, Table 2 (baseline column)
+    PAPER = {
+        "49m": dict(d_model=384, num_layers=6, num_heads=12),
+        "160m": dict(d_model=768, num_layers=12, num_heads=12),
+        "260m": dict(d_model=896, num_layers=18, num_heads=14),
+        "405m": dict(d_model=1024, num_layers=24, num_heads=16),
+    }
+    FAMILY = "Transformer"
+
     d_model: int = 256
     num_heads: int = 4
     num_kv_heads: int = 0  # 0 = num_heads (multi-head); fewer gives GQA/MQA
-    d_ff: int = 0  # 0 = 4 * d_model
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    positions: Literal["learned", "alibi"] = "learned"
-    document_mask: bool = True
-    z_loss: float = 0.0
-    attention_impl: str = "auto"
-    matmul_impl: Literal["auto", "xla", "pallas"] = "auto"  # the MLP's two products
-    dtype: Literal["float32", "bfloat16"] = "float32"  # compute dtype
-    param_dtype: Literal["float32", "bfloat16"] = "float32"
 
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "seq_len", "num_layers", "d_model", "num_heads"):
+    def check_fields(self) -> None:
+        for name in ("d_model", "num_heads"):
             check(getattr(self, name) > 0, f"model.{name} must be positive")
         check(
             self.d_model % self.num_heads == 0,
@@ -69,11 +63,6 @@ class TransformerConfig:
             f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads={self.num_heads}",
         )
         check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means 4 * d_model)")
-        check(
-            self.matmul_impl in ("auto", "xla", "pallas"),
-            f"model.matmul_impl must be 'auto', 'xla' or 'pallas', got {self.matmul_impl!r}",
-        )
-        check(self.z_loss >= 0, "model.z_loss must be >= 0")
 
     @property
     def kv_heads(self) -> int:
@@ -87,44 +76,22 @@ class TransformerConfig:
     def ff_dim(self) -> int:
         return self.d_ff or 4 * self.d_model
 
-    @classmethod
-    def paper(cls, size: str, **overrides) -> TransformerConfig:
-        """The RMT paper's baseline presets: ``"49m"``, ``"160m"``, ``"260m"``, ``"405m"``."""
-        key = size.lower()
-        if key not in _PAPER:
-            raise ConfigError(f"unknown Transformer preset {size!r}; choose from {list(_PAPER)}")
-        d, layers, heads = _PAPER[key]
-        base = dict(vocab_size=50257, seq_len=512, num_layers=layers, d_model=d, num_heads=heads)
-        return cls(**{**base, **overrides})
+    def linear_shapes(self) -> tuple[tuple[int, int], ...]:
+        d, q, kv = self.d_model, self.num_heads * self.head_dim, self.kv_heads * self.head_dim
+        return ((d, q), (d, kv), (q, d), (d, self.ff_dim), (self.ff_dim, d))
 
 
 class Attention(nnx.Module):
-    """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections."""
+    """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections,
+    each built by the config's linear factory."""
 
     def __init__(self, cfg: TransformerConfig, out_std: float, *, rngs: nnx.Rngs):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.head_dim
-        dense = lambda n_out, init, axes: nnx.Linear(  # noqa: E731
-            d,
-            n_out,
-            use_bias=False,
-            kernel_init=param_init(init, axes),
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=jnp.dtype(cfg.param_dtype),
-            rngs=rngs,
-        )
-        normal = nnx.initializers.normal(0.02)
-        self.q = dense(h * hd, normal, ("embed", "heads"))
-        self.k = dense(kv * hd, normal, ("embed", "heads"))
-        self.v = dense(kv * hd, normal, ("embed", "heads"))
-        self.out = nnx.Linear(
-            h * hd,
-            d,
-            use_bias=False,
-            kernel_init=param_init(nnx.initializers.normal(out_std), ("heads", "embed")),
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=jnp.dtype(cfg.param_dtype),
-            rngs=rngs,
-        )
+        linear = cfg.linear_factory()
+        self.q = linear(d, h * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(d, kv * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(d, kv * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(h * hd, d, std=out_std, axes=("heads", "embed"), rngs=rngs)
         self.num_heads, self.kv_heads, self.head_dim = h, kv, hd
         self.impl = cfg.attention_impl
         self.slopes = alibi_slopes(h) if cfg.positions == "alibi" else None
@@ -155,13 +122,7 @@ class Block(nnx.Module):
         self.attn = Attention(cfg, out_std, rngs=rngs)
         self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
         self.mlp = MLP(
-            cfg.d_model,
-            cfg.ff_dim,
-            out_std=out_std,
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
-            matmul_impl=cfg.matmul_impl,
-            rngs=rngs,
+            cfg.d_model, cfg.ff_dim, out_std=out_std, linear=cfg.linear_factory(), rngs=rngs
         )
 
     def __call__(self, x_BTD, segment_ids):

@@ -1,6 +1,9 @@
-"""The baseline Transformer: shapes, causality, document masking, presets and config errors."""
+"""The baseline Transformer: loss, presets and config errors.
 
-import chex
+Shapes, causality, document masking and sharding are the language-model contract
+(``tests/contracts/test_language_models.py``).
+"""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,42 +14,6 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import cross_entropy
 from jaxlab.nn.transformer import Transformer, TransformerConfig
-
-TINY = TransformerConfig(seq_len=16, num_layers=2, d_model=32, num_heads=4)
-
-
-@pytest.fixture(scope="module", params=["learned", "alibi"])
-def model_fn(request):
-    cfg = TransformerConfig(**{**TINY.__dict__, "positions": request.param})
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
-    graphdef, state = nnx.split(model)
-    apply = jax.jit(lambda tokens, seg: nnx.merge(graphdef, state)(tokens, segment_ids=seg))
-    return apply
-
-
-def test_logits_shape_and_dtype(model_fn):
-    logits = model_fn(jnp.zeros((2, 16), jnp.int32), jnp.ones((2, 16), jnp.int32))
-    chex.assert_shape(logits, (2, 16, 256))
-    chex.assert_type(logits, jnp.float32)
-    chex.assert_tree_all_finite(logits)
-
-
-def test_causal_future_tokens_do_not_change_the_past(model_fn):
-    tokens = jax.random.randint(jax.random.key(0), (1, 16), 1, 256)
-    changed = tokens.at[0, 10:].set(7)
-    seg = jnp.ones((1, 16), jnp.int32)
-    a, b = model_fn(tokens, seg), model_fn(changed, seg)
-    np.testing.assert_allclose(a[0, :10], b[0, :10], atol=1e-5)
-    assert not np.allclose(a[0, 10:], b[0, 10:])
-
-
-def test_document_mask_isolates_documents(model_fn):
-    tokens = jax.random.randint(jax.random.key(1), (1, 16), 1, 256)
-    seg = jnp.array([[1] * 6 + [2] * 10])
-    other_first_doc = tokens.at[0, :6].set(3)
-    a, b = model_fn(tokens, seg), model_fn(other_first_doc, seg)
-    # With learned positions the second document sees absolute positions, which are the same here.
-    np.testing.assert_allclose(a[0, 6:], b[0, 6:], atol=1e-5)
 
 
 def test_cross_entropy_against_numpy():

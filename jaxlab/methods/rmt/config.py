@@ -18,64 +18,53 @@ V = 50257, N = 512, untied unembedding, no biases), matched against ``Transforme
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 from jaxlab.core.config import check
-from jaxlab.core.errors import ConfigError
+from jaxlab.nn.lm_config import LMConfig, NormName, PositionsName
 
 __all__ = ["RMTConfig"]
 
-_PAPER = {  # size: (rank R, d_key Dk, d_value Dv, layers L, d_ff) — paper, Table 2
-    "46m": (12, 32, 32, 6, 1536),
-    "134m": (12, 32, 64, 12, 3072),
-    "206m": (14, 48, 64, 18, 3584),
-    "305m": (16, 64, 64, 24, 4096),
-}
 
-
-@dataclasses.dataclass(frozen=True)
-class RMTConfig:
-    """Shape and options of :class:`jaxlab.methods.rmt.RMT`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RMTConfig(LMConfig):
+    """Shape and options of :class:`jaxlab.methods.rmt.RMT` (common fields:
+    :class:`~jaxlab.nn.lm_config.LMConfig`).
 
     ``rank`` R is both the number of attention heads and of FF read/write slots; ``d_value`` Dv is
     the head dimension; the core width (what the MLP and the embeddings see) is ``R * Dv``; the
-    residual stream of each token is a ``d_key x d_value`` matrix.
+    residual stream of each token is a ``d_key x d_value`` matrix. ``linear`` applies to the MLP
+    only: the storage and retrieval keys that replace W_Q, W_K, W_V and W_O are the method itself.
     """
 
-    vocab_size: int = 256
-    seq_len: int = 256
-    num_layers: int = 4
+    # size: fields — paper, Table 2
+    PAPER = {
+        "46m": dict(rank=12, d_key=32, d_value=32, num_layers=6, d_ff=1536),
+        "134m": dict(rank=12, d_key=32, d_value=64, num_layers=12, d_ff=3072),
+        "206m": dict(rank=14, d_key=48, d_value=64, num_layers=18, d_ff=3584),
+        "305m": dict(rank=16, d_key=64, d_value=64, num_layers=24, d_ff=4096),
+    }
+    FAMILY = "RMT"
+
+    d_ff: int = 512
+    norm: NormName = "rmsnorm"
+    positions: PositionsName = "alibi"
     rank: int = 4
     d_key: int = 16
     d_value: int = 32
-    d_ff: int = 512
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    positions: Literal["alibi", "learned"] = "alibi"
     query_zero_init: bool = False
     layer_scaled_logits: bool = True  # logits / (layer index + 1), fp32 (paper Sec. 4.3; code)
-    z_loss: float = 1e-4
     # µP learning rates (jaxlab.methods.rmt.mup) relative to a base model with these dims (0: own).
     mup: bool = False
     mup_base_rank: int = 0
     mup_base_d_key: int = 0
     mup_base_d_value: int = 0
     mup_base_d_ff: int = 0
-    document_mask: bool = True
-    attention_impl: str = "auto"
-    matmul_impl: Literal["auto", "xla", "pallas"] = "auto"  # the MLP's two products
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    param_dtype: Literal["float32", "bfloat16"] = "float32"
 
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "seq_len", "num_layers", "rank", "d_key", "d_value", "d_ff"):
+    def check_fields(self) -> None:
+        for name in ("rank", "d_key", "d_value", "d_ff"):
             check(
                 getattr(self, name) > 0, f"model.{name} must be positive, got {getattr(self, name)}"
             )
-        check(self.z_loss >= 0, "model.z_loss must be >= 0")
-        check(
-            self.matmul_impl in ("auto", "xla", "pallas"),
-            f"model.matmul_impl must be 'auto', 'xla' or 'pallas', got {self.matmul_impl!r}",
-        )
 
     @property
     def width(self) -> int:
@@ -87,20 +76,5 @@ class RMTConfig:
         """Entries of one token's residual stream, Dk * Dv."""
         return self.d_key * self.d_value
 
-    @classmethod
-    def paper(cls, size: str, **overrides) -> RMTConfig:
-        """The paper's presets: ``"46m"``, ``"134m"``, ``"206m"``, ``"305m"`` (Table 2)."""
-        key = size.lower()
-        if key not in _PAPER:
-            raise ConfigError(f"unknown RMT preset {size!r}; choose from {list(_PAPER)}")
-        rank, d_key, d_value, layers, d_ff = _PAPER[key]
-        base = dict(
-            vocab_size=50257,
-            seq_len=512,
-            num_layers=layers,
-            rank=rank,
-            d_key=d_key,
-            d_value=d_value,
-            d_ff=d_ff,
-        )
-        return cls(**{**base, **overrides})
+    def linear_shapes(self) -> tuple[tuple[int, int], ...]:
+        return ((self.width, self.d_ff), (self.d_ff, self.width))

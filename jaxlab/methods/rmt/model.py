@@ -14,6 +14,10 @@ residual-facing side of the MLP:
 * embedding / unembedding: the token embedding (``R * Dv``) is split into R vectors and stored; the
   output retrieves R vectors and maps ``R * Dv -> V`` (untied).
 
+The storage and retrieval keys (``R x Dk`` maps) are the method itself and stay plain arrays; only
+the MLP's two maps come from the config's linear factory (``cfg.linear``: dense by default, or a
+structured kind from :mod:`jaxlab.nn.linear`).
+
 Pre-norm residual updates ``X <- X + MHA(Norm(X))``, ``X <- X + FF(Norm(X))`` with the norm taken
 over the whole ``Dk x Dv`` matrix of a token. Initialisation (paper Table 1's variance analysis):
 with i.i.d. keys of variance s^2, storing R vectors multiplies the variance by ``R s^2`` (backward:
@@ -210,15 +214,7 @@ class RMTFeedForward(nnx.Module):
         R, K = cfg.rank, cfg.d_key
         self.norm = MatrixNorm(cfg, rngs=rngs)
         self.read = _keys((K, R), K**-0.5, rngs, cfg.param_dtype)
-        self.mlp = MLP(
-            cfg.width,
-            cfg.d_ff,
-            out_std=0.02,
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
-            matmul_impl=cfg.matmul_impl,
-            rngs=rngs,
-        )
+        self.mlp = MLP(cfg.width, cfg.d_ff, out_std=0.02, linear=cfg.linear_factory(), rngs=rngs)
         self.write = _keys((R, K), R**-0.5 / math.sqrt(2 * cfg.num_layers), rngs, cfg.param_dtype)
 
     def __call__(self, x_BTVK):

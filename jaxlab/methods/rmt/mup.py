@@ -23,12 +23,12 @@ from flax import nnx
 
 from jaxlab.methods.rmt.config import RMTConfig
 
-__all__ = ["base_config", "mup_lr_groups", "mup_multipliers"]
+__all__ = ["base_config", "mup_lr_groups", "mup_multipliers", "param_path"]
 
 _INPUT_NAMES = ("embed",)  # token/position tables: Theta(1) learning rate
 
 
-def _path(path) -> tuple[str, ...]:
+def param_path(path) -> tuple[str, ...]:
     """Parameter names along a pytree path; a trailing ``value`` (the Variable's leaf) is dropped,
     so the paths of an ``nnx.State`` and of the raw arrays the optimizer sees agree."""
     names = tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
@@ -37,7 +37,7 @@ def _path(path) -> tuple[str, ...]:
 
 def _param_shapes(build: Callable[[], nnx.Module]) -> dict[tuple[str, ...], tuple[int, ...]]:
     state = nnx.state(nnx.eval_shape(build), nnx.Param)
-    return {_path(p): leaf.shape for p, leaf in jax.tree_util.tree_leaves_with_path(state)}
+    return {param_path(p): leaf.shape for p, leaf in jax.tree_util.tree_leaves_with_path(state)}
 
 
 def base_config(cfg: RMTConfig) -> RMTConfig:
@@ -76,6 +76,6 @@ def mup_lr_groups(cfg: RMTConfig) -> tuple[Callable[[Any], Any], Mapping[str, fl
     names = {path: f"lr_x{m:.6g}" for path, m in table.items()}
 
     def labels(params: Any) -> Any:
-        return jax.tree_util.tree_map_with_path(lambda p, _: names[_path(p)], params)
+        return jax.tree_util.tree_map_with_path(lambda p, _: names[param_path(p)], params)
 
     return labels, {name: float(name.removeprefix("lr_x")) for name in names.values()}

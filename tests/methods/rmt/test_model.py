@@ -1,4 +1,8 @@
-"""RMT: storage/retrieval algebra, init variance (Table 1) by Monte Carlo, masks, presets, FLOPs."""
+"""RMT: storage/retrieval algebra, init variance (Table 1) by Monte Carlo, presets, FLOPs.
+
+Causality, document masking and sharding are the language-model contract
+(``tests/contracts/test_language_models.py``).
+"""
 
 import jax
 import jax.numpy as jnp
@@ -96,13 +100,6 @@ def test_matrix_norm_is_scale_invariant_and_read_folds_it(kind):
     np.testing.assert_allclose(norm.read(x, keys), retrieve_reference(norm(x), keys), atol=1e-5)
 
 
-@pytest.fixture(scope="module", params=["alibi", "learned"])
-def apply(request):
-    cfg = RMTConfig(**{**TINY.__dict__, "positions": request.param})
-    graphdef, state = nnx.split(RMT(cfg, rngs=nnx.Rngs(0)))
-    return jax.jit(lambda t, s: nnx.merge(graphdef, state)(t, segment_ids=s))
-
-
 def _reference_logits(model: RMT, tokens, seg):
     """The RMT forward written in the paper's layout (X is Dk x Dv), with the matrix norm
     materialised and plain einsums everywhere: an independent check of the fast model's layout,
@@ -160,22 +157,6 @@ def test_model_equals_paper_layout_reference(norm):
         strict=True,
     ):
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
-
-
-def test_causal(apply):
-    tokens = jax.random.randint(jax.random.key(0), (1, 16), 1, 256)
-    seg = jnp.ones((1, 16), jnp.int32)
-    a, b = apply(tokens, seg), apply(tokens.at[0, 9:].set(5), seg)
-    assert a.shape == (1, 16, 256)
-    np.testing.assert_allclose(a[0, :9], b[0, :9], atol=1e-5)
-    assert not np.allclose(a[0, 9:], b[0, 9:])
-
-
-def test_document_mask(apply):
-    tokens = jax.random.randint(jax.random.key(1), (1, 16), 1, 256)
-    seg = jnp.array([[1] * 7 + [2] * 9])
-    a, b = apply(tokens, seg), apply(tokens.at[0, :7].set(3), seg)
-    np.testing.assert_allclose(a[0, 7:], b[0, 7:], atol=1e-5)
 
 
 def test_query_zero_init_option():

@@ -10,7 +10,7 @@ from flax import nnx
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.optim import make_optimizer
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.mup import _path, mup_lr_groups
+from jaxlab.methods.rmt.mup import mup_lr_groups, param_path
 
 BASE = RMTConfig(seq_len=8, num_layers=1, rank=4, d_key=8, d_value=8, d_ff=64)
 
@@ -18,7 +18,9 @@ BASE = RMTConfig(seq_len=8, num_layers=1, rank=4, d_key=8, d_value=8, d_ff=64)
 def _multipliers(cfg):
     labels, mult = mup_lr_groups(cfg)
     params = nnx.state(nnx.eval_shape(lambda: RMT(cfg, rngs=nnx.Rngs(0))), nnx.Param)
-    return {_path(p): mult[name] for p, name in jax.tree_util.tree_leaves_with_path(labels(params))}
+    return {
+        param_path(p): mult[name] for p, name in jax.tree_util.tree_leaves_with_path(labels(params))
+    }
 
 
 def test_base_model_keeps_every_rate():

@@ -1,0 +1,119 @@
+"""The fields every language model's config shares, their checks, and the ``.paper(size)`` pattern.
+
+:class:`LMConfig` is a frozen dataclass that :class:`~jaxlab.nn.transformer.TransformerConfig` and
+:class:`~jaxlab.methods.rmt.RMTConfig` (and the LMs to come) subclass. String choices are
+``Literal``-typed and checked by :func:`jaxlab.core.config.check_choices` when a config is built,
+as are the linear-map options (against every shape the model will build through its linear
+factory, :meth:`LMConfig.linear_shapes`), so a bad ``--set model.xxx=`` fails before any tracing.
+The loss (z-loss included) is not the model's: it lives with the task
+(:class:`jaxlab.nn.lm_task.LMTask`) and the experiment configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from jaxlab.core.config import check, check_choices
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import AttentionImpl
+from jaxlab.nn.linear import LinearName, LinearSpec, MatmulImplName
+
+__all__ = ["AttentionImplName", "DType", "LMConfig", "NormName", "PositionsName"]
+
+AttentionImplName = Literal[tuple(i.value for i in AttentionImpl)]  # type: ignore[valid-type]
+NormName = Literal["layernorm", "rmsnorm"]
+PositionsName = Literal["learned", "alibi"]
+DType = Literal["float32", "bfloat16"]
+
+# What every ``.paper(size)`` preset shares: the RMT paper's GPT-2 vocabulary and context (Table 2).
+PAPER_COMMON = {"vocab_size": 50257, "seq_len": 512}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LMConfig:
+    """Shape and options common to jaxlab's language models.
+
+    Attributes:
+      vocab_size, seq_len, num_layers: vocabulary, longest row, depth.
+      d_ff: MLP hidden width (a subclass says what 0 means, if anything).
+      norm, positions: normalisation and position encoding (``learned`` absolute or ALiBi).
+      document_mask: attend only within a document of a packed row.
+      attention_impl: :class:`jaxlab.nn.attention.AttentionImpl` value.
+      matmul_impl: backend of the dense maps' products (:class:`jaxlab.nn.linear.MatmulImpl`).
+      linear: kind of the linear maps the model builds through its factory (MLP, and the
+        attention projections where the model has them; :class:`jaxlab.nn.linear.LinearKind`).
+      linear_rank, linear_btt_rank, linear_mlr_ranks: options of ``low_rank``, ``btt``, ``mlr``.
+      dtype, param_dtype: compute and parameter dtypes.
+
+    A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
+    maps in :meth:`linear_shapes`, and its preset table :attr:`PAPER`.
+    """
+
+    # Presets of ``.paper(size)``: size -> field values (with PAPER_COMMON), set by subclasses.
+    PAPER: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    FAMILY: ClassVar[str] = "LM"  # the model's name in messages
+
+    vocab_size: int = 256
+    seq_len: int = 256
+    num_layers: int = 4
+    d_ff: int = 0
+    norm: NormName = "layernorm"
+    positions: PositionsName = "learned"
+    document_mask: bool = True
+    attention_impl: AttentionImplName = "auto"
+    matmul_impl: MatmulImplName = "auto"
+    linear: LinearName = "dense"
+    linear_rank: int = 0
+    linear_btt_rank: int = 1
+    linear_mlr_ranks: tuple[int, ...] = ()
+    dtype: DType = "float32"
+    param_dtype: DType = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "num_layers"):
+            value = getattr(self, name)
+            check(value > 0, f"model.{name} must be positive, got {value}")
+        check_choices(self, "model.")
+        self.check_fields()
+        self._check_linear()
+
+    def check_fields(self) -> None:
+        """The subclass's own checks (override; raise ConfigError); they run before the linear
+        options are checked against :meth:`linear_shapes`, which may rely on them."""
+
+    def _check_linear(self) -> None:
+        spec = self.linear_factory()
+        for d_in, d_out in self.linear_shapes():
+            try:
+                spec.check(d_in, d_out)
+            except ConfigError as err:
+                # The structured kinds' messages start with the option, e.g. "rank=0 must ...".
+                raise ConfigError(f"model.linear={self.linear!r}: model.linear_{err}") from None
+
+    def linear_shapes(self) -> tuple[tuple[int, int], ...]:
+        """``(d_in, d_out)`` of every map the model builds through :meth:`linear_factory`."""
+        return ()
+
+    def linear_factory(self) -> LinearSpec:
+        """The linear factory the model's builder passes to its layers."""
+        return LinearSpec(
+            kind=self.linear,
+            rank=self.linear_rank,
+            btt_rank=self.linear_btt_rank,
+            mlr_ranks=self.linear_mlr_ranks,
+            matmul_impl=self.matmul_impl,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
+
+    @classmethod
+    def paper(cls, size: str, **overrides):
+        """A preset from the class's :attr:`PAPER` table, with ``overrides`` on top."""
+        key = size.lower()
+        if key not in cls.PAPER:
+            raise ConfigError(
+                f"unknown {cls.FAMILY} preset {size!r}; choose from {list(cls.PAPER)}"
+            )
+        return cls(**{**PAPER_COMMON, **cls.PAPER[key], **overrides})

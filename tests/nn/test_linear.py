@@ -1,0 +1,199 @@
+"""The linear-map constructor: every kind against an independent numpy construction of its matrix,
+implied ranks, parameter counts, init variance, gradients, sharding axes, dtypes and errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from flax import nnx
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.layers import count_params
+from jaxlab.nn.linear import LINEAR_KINDS, Dense, LinearKind, LinearSpec, MatmulImpl, btt_blocks
+
+AXES = ("embed", "mlp")
+# name: (spec, d_in, d_out)
+CASES = {
+    "dense": (LinearSpec(matmul_impl="xla"), 24, 40),
+    "low_rank": (LinearSpec(kind="low_rank", rank=5), 24, 40),
+    "btt_s1": (LinearSpec(kind="btt"), 32, 48),
+    "btt_s3": (LinearSpec(kind="btt", btt_rank=3), 48, 20),
+    "mlr": (LinearSpec(kind="mlr", mlr_ranks=(4, 2, 1)), 32, 48),
+}
+
+
+def build(name, seed=0, std=0.3):
+    spec, d_in, d_out = CASES[name]
+    return spec(d_in, d_out, std=std, axes=AXES, rngs=nnx.Rngs(seed))
+
+
+def numpy_matrix(layer) -> np.ndarray:
+    """The implied (d_in, d_out) matrix from the raw factors, by the definitions in numpy."""
+    p = lambda v: np.asarray(v[...], np.float64)  # noqa: E731
+    if isinstance(layer, Dense):
+        return p(layer.kernel)
+    if hasattr(layer, "u"):
+        return p(layer.u) @ p(layer.vt)
+    if hasattr(layer, "first"):  # BTT: block-diagonal stage, regrouping, block-diagonal stage
+        n1, n2, m2, m1, s = layer.shape
+        first, second = p(layer.first), p(layer.second)
+        stage1 = scipy.linalg.block_diag(*[first[j * n2 : (j + 1) * n2] for j in range(n1)])
+        # stage1's columns run over (j, k, a); the second stage wants them grouped by k: (k, j, a)
+        regroup = np.zeros((n1 * m2 * s, n1 * m2 * s))
+        for j in range(n1):
+            for k in range(m2):
+                for a in range(s):
+                    regroup[(j * m2 + k) * s + a, (k * n1 + j) * s + a] = 1.0
+        stage2 = scipy.linalg.block_diag(*[second[:, k * m1 : (k + 1) * m1] for k in range(m2)])
+        return stage1 @ regroup @ stage2
+    m = np.zeros((layer.d_in, layer.d_out))  # MLR: one rank-r_l product per block and level
+    for level, (right, left) in enumerate(zip(layer.right, layer.left, strict=True)):
+        k = 2**level
+        bi, bo = layer.d_in // k, layer.d_out // k
+        for b in range(k):
+            rows, cols = slice(b * bi, (b + 1) * bi), slice(b * bo, (b + 1) * bo)
+            m[rows, cols] += p(right)[rows] @ p(left)[:, cols]
+    return m
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_forward_and_dense_matrix_equal_the_numpy_construction(name):
+    layer = build(name)
+    want = numpy_matrix(layer)
+    np.testing.assert_allclose(layer.dense_matrix(), want, rtol=1e-5, atol=1e-6)
+    x = jax.random.normal(jax.random.key(1), (2, 3, layer.d_in))
+    with jax.default_matmul_precision("highest"):
+        y, y_gelu = layer(x), layer(x, activation="gelu")
+    np.testing.assert_allclose(y, np.asarray(x, np.float64) @ want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y_gelu, jax.nn.gelu(y), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "spec, d_in, d_out, rank",
+    [
+        (LinearSpec(kind="low_rank", rank=5), 24, 40, 5),
+        (LinearSpec(kind="mlr", mlr_ranks=(4, 2, 1)), 32, 32, 4 + 2 * 2 + 1 * 4),
+        (LinearSpec(kind="mlr", mlr_ranks=(16, 8, 8)), 32, 32, 32),  # sum r_l 2^l = 64 > D
+        (LinearSpec(kind="mlr", mlr_ranks=(2, 3)), 16, 48, 2 + 3 * 2),
+        (LinearSpec(kind="btt"), 32, 32, 32),  # s = 1: full rank
+        (LinearSpec(kind="btt"), 48, 48, 48),
+        (LinearSpec(kind="btt"), 128, 128, 128),
+        (LinearSpec(kind="btt"), 32, 72, 32),
+    ],
+)
+def test_implied_rank(spec, d_in, d_out, rank):
+    layer = spec(d_in, d_out, std=1.0, rngs=nnx.Rngs(3))
+    # From the factors in float64 (checked against dense_matrix() above), so that float32 rounding
+    # does not pass for rank.
+    assert np.linalg.matrix_rank(numpy_matrix(layer)) == rank
+
+
+def test_btt_with_square_root_blocks_below_sqrt_would_lose_rank():
+    """Why btt_blocks rounds up: n1 = m2 = 8 blocks for D = 128 caps the s = 1 rank at 64."""
+    assert btt_blocks(128) == (16, 8) and btt_blocks(48) == (8, 6) and btt_blocks(64) == (8, 8)
+    assert btt_blocks(7) == (7, 1)
+
+
+def test_parameter_counts_match_closed_forms():
+    # dense d_in*d_out; low rank r(d_in + d_out); BTT s(m2 d_in + n1 d_out) with n1 = 8 (32 = 8*4),
+    # m2 = 8 (48 = 8*6), and for 48 -> 20: n1 = 8, m2 = 5; MLR sum_l r_l (d_in + d_out).
+    want = {
+        "dense": 24 * 40,
+        "low_rank": 5 * (24 + 40),
+        "btt_s1": 1 * (8 * 32 + 8 * 48),
+        "btt_s3": 3 * (5 * 48 + 8 * 20),
+        "mlr": (4 + 2 + 1) * (32 + 48),
+    }
+    assert {name: count_params(build(name)) for name in CASES} == want
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        LinearSpec(),
+        LinearSpec(kind="low_rank", rank=16),
+        LinearSpec(kind="btt", btt_rank=2),
+        LinearSpec(kind="mlr", mlr_ranks=(8, 4, 4, 2)),
+    ],
+    ids=lambda s: s.kind,
+)
+def test_init_matches_the_dense_variance(spec):
+    """The implied matrix's entries have the dense init's variance std^2 (MLR: on average)."""
+    std = 0.05
+    m = np.asarray(spec(512, 512, std=std, rngs=nnx.Rngs(0)).dense_matrix(), np.float64)
+    assert np.mean(m**2) == pytest.approx(std**2, rel=0.15)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradients_reach_every_factor(name):
+    layer = build(name)
+    x = jax.random.normal(jax.random.key(2), (4, layer.d_in))
+    grads = nnx.grad(lambda m: jnp.sum(m(x, activation="gelu") ** 2))(layer)
+    leaves = jax.tree.leaves(nnx.state(grads, nnx.Param))
+    assert leaves and all(
+        bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).max()) > 0 for g in leaves
+    )
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_parameters_carry_the_logical_axes(name):
+    specs = jax.tree.leaves(
+        nnx.get_partition_spec(nnx.state(build(name), nnx.Param)),
+        is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+    )
+    shapes = [x.shape for x in jax.tree.leaves(nnx.state(build(name), nnx.Param))]
+    assert all(len(spec) == len(shape) for spec, shape in zip(specs, shapes, strict=True))
+    names = {axis for spec in specs for axis in spec}
+    assert {"embed", "mlp"} <= names  # the input side and the output side are both sharded
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_compute_dtype_apart_from_param_dtype(name):
+    spec, d_in, d_out = CASES[name]
+    spec = LinearSpec(**{**spec.__dict__, "dtype": "bfloat16"})
+    layer = spec(d_in, d_out, std=0.3, rngs=nnx.Rngs(0))
+    assert {str(x.dtype) for x in jax.tree.leaves(nnx.state(layer, nnx.Param))} == {"float32"}
+    assert layer(jnp.ones((2, d_in))).dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: LinearSpec(kind="low_rank")(8, 16, std=1, rngs=nnx.Rngs(0)), r"rank=0 must lie"),
+        (lambda: LinearSpec(kind="low_rank", rank=9).check(8, 16), r"min\(d_in, d_out\)=8"),
+        (lambda: LinearSpec(kind="mlr", mlr_ranks=(2, 2, 2)).check(18, 16), "4 blocks must divide"),
+        (lambda: LinearSpec(kind="mlr", mlr_ranks=(2, 5)).check(8, 16), "level 1's rank 5"),
+        (lambda: LinearSpec(kind="mlr").check(8, 8), "mlr_ranks is empty"),
+        (lambda: LinearSpec(kind="btt", btt_rank=0).check(8, 8), "btt_rank=0 must be >= 1"),
+        (lambda: LinearSpec(kind="lowrank"), "unknown linear kind 'lowrank'"),
+        (lambda: LinearSpec(matmul_impl="cutlass"), "unknown matmul_impl 'cutlass'"),
+        (lambda: build("dense")(jnp.ones((1, 24)), activation="tanh"), "unknown activation"),
+    ],
+)
+def test_bad_options_are_one_line_config_errors(make, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        make()
+    assert "\n" not in str(err.value)
+
+
+def test_every_kind_has_a_class():
+    assert set(LINEAR_KINDS) == set(LinearKind)
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_dense_pallas_matmul_equals_xla(activation):
+    """The dense kind's Pallas path (interpreted on CPU): same parameters, same values and grads."""
+    xla = Dense(16, 24, std=0.3, matmul_impl="xla", rngs=nnx.Rngs(0))
+    pallas = Dense(16, 24, std=0.3, matmul_impl="pallas", rngs=nnx.Rngs(0))
+    assert pallas.matmul_impl is MatmulImpl.PALLAS
+    x = jax.random.normal(jax.random.key(4), (2, 3, 16))
+
+    def value_and_grads(layer):
+        return nnx.value_and_grad(lambda m: jnp.sum(m(x, activation=activation) ** 2))(layer)
+
+    with jax.default_matmul_precision("highest"):
+        (want, g_want), (got, g_got) = value_and_grads(xla), value_and_grads(pallas)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(g_got), jax.tree.leaves(g_want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
