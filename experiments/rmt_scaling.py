@@ -1,23 +1,27 @@
 """The RMT reaches a matched Transformer's loss with fewer FLOPs, params and tokens (Sec. 5.1).
 
 Command:  python experiments/run.py --exp=rmt_scaling          (``--smoke``: under a minute)
-Runtime:  8 min 01 s wall on an idle 2-core CPU (29 min when shared with 3 other jobs); --smoke 30 s
-Result:   at D = 64 / 96 / 128 (Dk = 4R = 16 / 24 / 32) the RMT ends at validation loss
-          1.799 / 1.528 / 1.438 against the transformer's 1.788 / 1.608 / 1.533 nats/byte, with
-          23-30% fewer parameters; at D = 128 it reaches the transformer's final loss with 0.71 of
-          its tokens and 0.59 of its FLOPs (paper: 0.59 and 0.42), at D = 96 with 0.72 and 0.60; at
-          D = 64 it does not reach it. Step time RMT/transformer 1.21 / 1.16 / 1.13 (paper 1.77,
-          on GPU). Measured 2026-11-30.
+          --set seeds=0,1,2,3,4 for more seeds; --set init=gpt2 (or authors) for another init rule
+Result:   the headline printed at the end (per pair: the fraction of the transformer's tokens and
+          FLOPs the RMT needs to reach its final loss, mean ± sd over seeds, beside the paper's);
+          full numbers in summary.json, measured results in jaxlab/methods/rmt/README.md.
 
 Trains matched Transformer/RMT pairs (same core width D = R*Dv, depth, heads, d_ff; see
-:mod:`jaxlab.methods.rmt.scaling`) at three sizes on the shipped KJV corpus with the same batches,
-logs validation loss against tokens, parameters and FLOPs, fits a power law L = a*C^-b per
-architecture, and reads off the headline ratios: the FLOPs and tokens the RMT needs to reach the
-transformer's final loss, as fractions of the transformer's (paper, Table 3: 0.42 of the FLOPs and
-0.59 of the tokens at 305M/405M). It also times a training step of each model side by side (paper
-Table 4: RMT 1.77x slower per step). ``--set preset=paper`` runs the paper's four pairs
-(46M-305M RMT vs 49M-405M transformer, N = 512) on byte-level OpenWebText through Hugging Face
-``datasets`` on accelerators; jaxlab has no BPE tokenizer, so V = 256 instead of 50257.
+:mod:`jaxlab.methods.rmt.scaling`) at three sizes on the shipped KJV corpus, each with several
+seeds (a seed fixes the initialisation and the data order, shared by the pair). Both sides get one
+recipe — the fields ``z_loss``, ``init``, ``alibi``, ``layer_scaled_logits``, ``norm``,
+``positions`` and the whole ``train`` group apply to both models alike — so the pair differs in
+its residual stream only (the RMT README's recipe table compares this with the authors' code).
+
+Per pair and seed it reads off the paper's headline ratios (Table 3: 0.59 of the tokens and 0.42
+of the FLOPs at 305M/405M): the tokens the RMT needs to reach the transformer's final validation
+loss, as a fraction of the transformer's, and the FLOPs fraction, both from the analytic count
+without the vocabulary terms (the paper's convention) and from XLA's cost analysis of the compiled
+train steps (everything a step executes: vocabulary, elementwise work, backward, optimizer). It
+fits a power law L = a*C^-b per architecture to the seed-mean final losses and times a training
+step of each model side by side (Table 4: the RMT 1.77x slower per step). ``--set preset=paper``
+runs the paper's four pairs (46M-305M RMT vs 49M-405M transformer, N = 512) on byte-level
+OpenWebText through Hugging Face ``datasets`` on accelerators (V = 256: no BPE tokenizer yet).
 """
 
 from __future__ import annotations
@@ -28,25 +32,31 @@ import pathlib
 import numpy as np
 from flax import nnx
 
-from jaxlab.core.config import TrainConfig, check, to_dict
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.config import TrainConfig, check, check_choices, to_dict
+from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter, read_metrics
-from jaxlab.core.plots import plot_curves, plot_scaling
-from jaxlab.core.scaling import fit_power_law
+from jaxlab.core.plots import plot_pairs, plot_scaling
+from jaxlab.core.scaling import fit_power_law, mean_sd
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.benchmark import step_seconds
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.methods.rmt.mup import mup_lr_groups
 from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embedding_params
+from jaxlab.nn.init import InitName
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
+from jaxlab.nn.lm_task import LMTask, compile_lm_train_step
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
 PAPER_PAIRS = (("49m", "46m"), ("160m", "134m"), ("260m", "206m"), ("405m", "305m"))
+ARCHS = {
+    "transformer": (Transformer, transformer_flops_per_token),
+    "rmt": (RMT, rmt_flops_per_token),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,26 +69,46 @@ class Config:
     d_key: int = 0
     residual_ratio: int = 4
     seq_len: int = 128
-    norm: str = "rmsnorm"
-    positions: str = "alibi"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    # The recipe both models share (defaults: the authors' code where it is one choice for both;
+    # init: the paper's variance analysis applied to every matrix, see jaxlab.nn.init).
+    z_loss: float = 1e-4  # in the objective, not in the reported loss
+    init: InitName = "fan_in"
+    alibi: AlibiName = "geometric"
+    layer_scaled_logits: bool = True
+    norm: NormName = "rmsnorm"
+    positions: PositionsName = "alibi"
     paper_pairs: bool = False  # use the paper's presets instead of widths/layers
-    mup: bool = False  # µP learning rates for the RMTs, with the smallest pair as the base model
+    mup: bool = False  # µP learning rates for the RMTs (only), the smallest pair as the base model
     data: str = "kjv"
-    # z-loss coefficients of the LM objective (not in the reported loss), per architecture.
-    transformer_z_loss: float = 0.0
-    rmt_z_loss: float = 1e-4
     time_rounds: int = 5  # interleaved timing rounds per pair (0 skips the step-time benchmark)
     train: TrainConfig = TrainConfig()
     mesh: MeshConfig = MeshConfig()
 
     def __post_init__(self) -> None:
+        check_choices(self)
         check(len(self.widths) == len(self.layers), "widths and layers need the same length")
         check(len(self.widths) >= 2 or self.paper_pairs, "rmt_scaling needs at least two sizes")
         check(self.head_dim > 0, f"head_dim must be positive, got {self.head_dim}")
         for w in self.widths:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
         check(self.d_key >= 0 and self.residual_ratio > 0, "need d_key >= 0, residual_ratio > 0")
-        check(self.transformer_z_loss >= 0 and self.rmt_z_loss >= 0, "z-losses must be >= 0")
+        check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
+        check(
+            len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds),
+            f"seeds must be one or more distinct integers, got {self.seeds}",
+        )
+        check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
+
+    def recipe(self) -> dict:
+        """The model fields both sides of a pair take alike."""
+        return dict(
+            init=self.init,
+            alibi=self.alibi,
+            layer_scaled_logits=self.layer_scaled_logits,
+            norm=self.norm,
+            positions=self.positions,
+        )
 
     def pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
         pairs = self._pairs()
@@ -96,7 +126,7 @@ class Config:
 
     def _pairs(self) -> list[tuple[TransformerConfig, RMTConfig]]:
         if self.paper_pairs:
-            kw = dict(vocab_size=256, positions=self.positions, norm=self.norm)
+            kw = dict(vocab_size=256, **self.recipe())
             return [
                 (TransformerConfig.paper(t, **kw), RMTConfig.paper(r, **kw)) for t, r in PAPER_PAIRS
             ]
@@ -108,193 +138,285 @@ class Config:
                 d_key=self.d_key or self.residual_ratio * (w // self.head_dim),
                 seq_len=self.seq_len,
                 vocab_size=256,
-                norm=self.norm,
-                positions=self.positions,
+                **self.recipe(),
             )
             for w, n in zip(self.widths, self.layers, strict=True)
         ]
 
 
+PRESETS = {
+    # Three seeds of three pairs in about ten minutes on two CPU cores: 200 steps each.
+    "default": lambda: Config(
+        train=TrainConfig(
+            steps=200,
+            batch_size=16,
+            learning_rate=3e-3,
+            warmup_steps=20,
+            checkpoint_every=100,
+            eval_every=25,
+            eval_batches=8,
+            log_every=25,
+        )
+    ),
+    "smoke": lambda: Config(
+        widths=(32, 48),
+        layers=(1, 1),
+        d_key=16,
+        seq_len=32,
+        seeds=(0, 1),
+        time_rounds=1,
+        train=TrainConfig(
+            steps=10,
+            batch_size=8,
+            warmup_steps=2,
+            checkpoint_every=10,
+            eval_every=5,
+            eval_batches=1,
+            log_every=5,
+        ),
+    ),
+    "paper": lambda: Config(
+        paper_pairs=True,
+        seq_len=512,
+        data="hf:Skylion007/openwebtext",
+        train=TrainConfig(
+            steps=20000,
+            batch_size=256,
+            learning_rate=6e-4,
+            warmup_steps=1000,
+            checkpoint_every=1000,
+            eval_every=500,
+            eval_batches=32,
+            log_every=100,
+        ),
+        mesh=MeshConfig(data=-1, fsdp=8),
+    ),
+}
+
+
 def get_config(preset: str = "default") -> Config:
-    if preset == "default":
-        return Config(
-            train=TrainConfig(
-                steps=400,
-                batch_size=16,
-                learning_rate=3e-3,
-                warmup_steps=40,
-                checkpoint_every=100,
-                eval_every=50,
-                eval_batches=8,
-                log_every=50,
-            )
-        )
-    if preset == "smoke":
-        return Config(
-            widths=(32, 48),
-            layers=(1, 1),
-            d_key=16,
-            seq_len=32,
-            time_rounds=1,
-            train=TrainConfig(
-                steps=10,
-                batch_size=8,
-                warmup_steps=2,
-                checkpoint_every=10,
-                eval_every=5,
-                eval_batches=1,
-                log_every=5,
-            ),
-        )
-    if preset == "paper":
-        return Config(
-            paper_pairs=True,
-            seq_len=512,
-            data="hf:Skylion007/openwebtext",
-            train=TrainConfig(
-                steps=20000,
-                batch_size=256,
-                learning_rate=6e-4,
-                warmup_steps=1000,
-                checkpoint_every=1000,
-                eval_every=500,
-                eval_batches=32,
-                log_every=100,
-            ),
-            mesh=MeshConfig(data=-1, fsdp=8),
-        )
-    raise ConfigError(f"unknown preset {preset!r} for rmt_scaling; choose default, smoke or paper")
+    return select_preset("rmt_scaling", PRESETS, preset)
 
 
-def _train(arch, model_cfg, cfg: Config, workdir: pathlib.Path) -> dict:
-    cls, flops, z_loss = (
-        (Transformer, transformer_flops_per_token, cfg.transformer_z_loss)
-        if arch == "transformer"
-        else (RMT, rmt_flops_per_token, cfg.rmt_z_loss)
-    )
+def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
+    """Trains one model with one seed; returns its validation curve."""
+    cls, _ = ARCHS[arch]
     task = LMTask(
         build=lambda rngs: cls(model_cfg, rngs=rngs),
         seq_len=model_cfg.seq_len,
         source=cfg.data,
-        z_loss=z_loss,
+        z_loss=cfg.z_loss,
     )
+    train = dataclasses.replace(cfg.train, seed=seed)
     run_training(
         task,
-        cfg.train,
+        train,
         workdir,
         mesh_cfg=cfg.mesh,
-        config_record={"model": to_dict(model_cfg), "train": to_dict(cfg.train), "z_loss": z_loss},
+        config_record={"model": to_dict(model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss},
         lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
     )
     rows = [r for r in read_metrics(workdir) if "eval_loss" in r]
-    model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))
     return {
-        "arch": arch,
-        "params": count_params(model),
-        "non_embedding_params": non_embedding_params(model),
-        "train_flops_per_token": flops(model_cfg).train,
-        "train_flops_per_token_no_vocab": flops(model_cfg, include_vocab=False).train,
+        "seed": seed,
         "tokens": [r["tokens_seen"] for r in rows],
         "eval_loss": [r["eval_loss"] for r in rows],
         "final_eval_loss": rows[-1]["eval_loss"],
         "final_eval_bits_per_byte": rows[-1]["eval_bits_per_byte"],
-        "task": task,
     }
 
 
-def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    sizes, writer = [], MetricWriter(workdir, start_step=None, tensorboard=False)
-    for i, (tcfg, rcfg) in enumerate(cfg.pairs()):
-        width = tcfg.d_model
-        tf = _train("transformer", tcfg, cfg, workdir / f"transformer_D{width}")
-        rmt = _train("rmt", rcfg, cfg, workdir / f"rmt_D{width}")
-        entry = {
-            "width": width,
-            "layers": tcfg.num_layers,
-            "rank": rcfg.rank,
-            "d_key": rcfg.d_key,
-            "d_value": rcfg.d_value,
-        }
-        if cfg.time_rounds:
-            # The RMT's step time grows with its residual Dk x Dv: time it at the configured Dk
-            # and at Dk = Dv (the paper's 305M shape) beside the transformer, in one process.
-            batch = tf["task"].eval_batches(cfg.train.batch_size, 1)[0]
-            d_keys = sorted({rcfg.d_key, rcfg.d_value})
-            builders = {"transformer": lambda r, c=tcfg: Transformer(c, rngs=r)}
-            for dk in d_keys:
-                c = dataclasses.replace(rcfg, d_key=dk)
-                builders[f"rmt_dk{dk}"] = lambda r, c=c: RMT(c, rngs=r)
-            secs = step_seconds(builders, batch, rounds=cfg.time_rounds)
-            by_dk = {dk: secs[f"rmt_dk{dk}"] / secs["transformer"] for dk in d_keys}
-            entry.update(
-                seconds_per_step=secs,
-                step_time_ratio=by_dk[rcfg.d_key],
-                step_time_ratio_by_d_key=by_dk,
-            )
-        for run_ in (tf, rmt):
-            run_.pop("task")
-            entry[run_["arch"]] = run_
-        entry["reach"] = fraction_to_reach(
-            (rmt["tokens"], rmt["eval_loss"]),
-            (tf["tokens"], tf["eval_loss"]),
+def _describe(arch: str, model_cfg, cfg: Config) -> dict:
+    """Sizes and FLOPs per token of one model: analytic, and measured on its compiled step."""
+    cls, flops = ARCHS[arch]
+    model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))
+    compiled = compile_lm_train_step(
+        cls,
+        model_cfg,
+        batch_size=cfg.train.batch_size,
+        mesh_cfg=MeshConfig(data=1),  # one device: XLA's count is then the whole step's
+        train_cfg=cfg.train,
+        z_loss=cfg.z_loss,
+    )
+    return {
+        "params": count_params(model),
+        "non_embedding_params": non_embedding_params(model),
+        "train_flops_per_token": flops(model_cfg).train,
+        "train_flops_per_token_no_vocab": flops(model_cfg, include_vocab=False).train,
+        "measured_train_flops_per_token": compiled["flops_per_device"]
+        / (cfg.train.batch_size * model_cfg.seq_len),
+    }
+
+
+def _reach(tf_runs: list[dict], rmt_runs: list[dict], tf: dict, rmt: dict) -> dict:
+    """Per seed (the pair shares it): tokens and FLOPs fractions to the transformer's final loss."""
+    per_seed = []
+    measured_ratio = rmt["measured_train_flops_per_token"] / tf["measured_train_flops_per_token"]
+    for t, r in zip(tf_runs, rmt_runs, strict=True):
+        reach = fraction_to_reach(
+            (r["tokens"], r["eval_loss"]),
+            (t["tokens"], t["eval_loss"]),
             rmt["train_flops_per_token_no_vocab"],
             tf["train_flops_per_token_no_vocab"],
         )
-        writer.write(
-            i,
-            {
-                f"{a}_{k}": entry[a][k]
-                for a in ("transformer", "rmt")
-                for k in ("final_eval_loss", "params", "train_flops_per_token")
-            },
-        )
-        sizes.append(entry)
-    writer.close()
-    return {"sizes": sizes, **_analyse(sizes, workdir), "paper": PAPER}
+        frac = reach["tokens_fraction"]
+        reach["measured_flops_fraction"] = None if frac is None else frac * measured_ratio
+        per_seed.append({"seed": t["seed"], **reach})
+    reached = [s for s in per_seed if s["tokens_fraction"] is not None]
+    summary = {
+        k: mean_sd([s[k] for s in reached])
+        for k in ("tokens_fraction", "flops_fraction", "measured_flops_fraction")
+    }
+    return {"per_seed": per_seed, "reached": len(reached), "seeds": len(per_seed), **summary}
 
 
-def _analyse(sizes: list[dict], workdir: pathlib.Path) -> dict:
+def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    sizes = []
+    with MetricWriter(workdir, tensorboard=False) as writer:
+        for i, (tcfg, rcfg) in enumerate(cfg.pairs()):
+            width = tcfg.d_model
+            entry = {
+                "width": width,
+                "layers": tcfg.num_layers,
+                "rank": rcfg.rank,
+                "d_key": rcfg.d_key,
+                "d_value": rcfg.d_value,
+            }
+            runs: dict[str, list[dict]] = {"transformer": [], "rmt": []}
+            for seed in cfg.seeds:
+                for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
+                    wd = workdir / f"{arch}_D{width}_seed{seed}"
+                    runs[arch].append(_train(arch, model_cfg, cfg, seed, wd))
+            for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
+                losses = [r["final_eval_loss"] for r in runs[arch]]
+                entry[arch] = {
+                    **_describe(arch, model_cfg, cfg),
+                    "final_eval_loss": mean_sd(losses),
+                    "runs": runs[arch],
+                }
+            entry["reach"] = _reach(
+                runs["transformer"], runs["rmt"], entry["transformer"], entry["rmt"]
+            )
+            if cfg.time_rounds:
+                entry.update(_time_steps(tcfg, rcfg, cfg))
+            writer.write(i, _row(entry))
+            sizes.append(entry)
+    return {"sizes": sizes, **_analyse(sizes, cfg, workdir), "paper": PAPER}
+
+
+def _time_steps(tcfg: TransformerConfig, rcfg: RMTConfig, cfg: Config) -> dict:
+    """Step times side by side; the RMT's grows with its residual Dk x Dv, so it is timed at the
+    configured Dk and at Dk = Dv (the paper's 305M shape)."""
+    task = LMTask(build=lambda r: Transformer(tcfg, rngs=r), seq_len=tcfg.seq_len, source=cfg.data)
+    batch = task.eval_batches(cfg.train.batch_size, 1)[0]
+    d_keys = sorted({rcfg.d_key, rcfg.d_value})
+    builders = {"transformer": lambda r: Transformer(tcfg, rngs=r)}
+    for dk in d_keys:
+        c = dataclasses.replace(rcfg, d_key=dk)
+        builders[f"rmt_dk{dk}"] = lambda r, c=c: RMT(c, rngs=r)
+    secs = step_seconds(builders, batch, rounds=cfg.time_rounds, z_loss=cfg.z_loss)
+    by_dk = {dk: secs[f"rmt_dk{dk}"] / secs["transformer"] for dk in d_keys}
+    return {
+        "seconds_per_step": secs,
+        "step_time_ratio": by_dk[rcfg.d_key],
+        "step_time_ratio_by_d_key": by_dk,
+    }
+
+
+def _row(entry: dict) -> dict:
+    """The experiment-level metrics row of one pair."""
+    row = {}
+    for arch in ("transformer", "rmt"):
+        row[f"{arch}_final_eval_loss"] = entry[arch]["final_eval_loss"]["mean"]
+        row[f"{arch}_final_eval_loss_sd"] = entry[arch]["final_eval_loss"]["sd"]
+        row[f"{arch}_params"] = entry[arch]["params"]
+        row[f"{arch}_train_flops_per_token"] = entry[arch]["train_flops_per_token"]
+    for key in ("tokens_fraction", "flops_fraction", "measured_flops_fraction"):
+        row[key] = entry["reach"][key]["mean"]
+    row["reached_seeds"] = entry["reach"]["reached"]
+    if "step_time_ratio" in entry:
+        row["step_time_ratio"] = entry["step_time_ratio"]
+    return row
+
+
+def _mean_curve(runs: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tokens = np.asarray(runs[0]["tokens"], np.float64)
+    losses = np.asarray([r["eval_loss"] for r in runs], np.float64)
+    sd = losses.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(losses.shape[1])
+    return tokens, losses.mean(axis=0), sd
+
+
+def _fmt(stat: dict, paper: float | None = None) -> str:
+    if stat["mean"] is None:
+        text = "not reached"
+    else:
+        text = f"{stat['mean']:.3f} ± {stat['sd']:.3f} (n={stat['n']})"
+    return text + (f" (paper {paper})" if paper is not None else "")
+
+
+def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
     out: dict = {"fits": {}}
     points_c, points_p, curves, fits = {}, {}, {}, {}
     for arch in ("transformer", "rmt"):
-        runs = [s[arch] for s in sizes]
-        compute = np.array([r["train_flops_per_token"] * r["tokens"][-1] for r in runs])
-        params = np.array([r["non_embedding_params"] for r in runs])
-        loss = np.array([r["final_eval_loss"] for r in runs])
-        fit = fit_power_law(compute, loss, with_offset=len(runs) >= 4)
+        entries = [s[arch] for s in sizes]
+        compute = np.array(
+            [e["train_flops_per_token"] * e["runs"][0]["tokens"][-1] for e in entries]
+        )
+        params = np.array([e["non_embedding_params"] for e in entries])
+        loss = np.array([e["final_eval_loss"]["mean"] for e in entries])
+        fit = fit_power_law(compute, loss, with_offset=len(entries) >= 4)
         fits[arch] = fit
         out["fits"][arch] = {
             "vs_flops": fit._asdict(),
             "vs_params": fit_power_law(params, loss, with_offset=False)._asdict(),
         }
         points_c[arch], points_p[arch] = (compute, loss), (params, loss)
-        for r, s in zip(runs, sizes, strict=True):
-            flops = np.array(r["tokens"]) * r["train_flops_per_token"]
-            curves[f"{arch} D={s['width']}"] = (flops, r["eval_loss"])
-    plot_curves(
+        for e, s in zip(entries, sizes, strict=True):
+            tokens, mean, sd = _mean_curve(e["runs"])
+            curves[f"D={s['width']}", arch] = (tokens * e["train_flops_per_token"], mean, sd)
+    plot_pairs(
         curves,
         workdir / "loss_vs_flops.png",
         xlabel="training FLOPs",
         ylabel="validation loss (nats/byte)",
         logx=True,
-        title="rmt_scaling",
+        title=f"rmt_scaling: mean ± sd over {len(cfg.seeds)} seeds",
     )
     plot_scaling(
         points_c,
         fits,
         workdir / "loss_vs_flops_fit.png",
         xlabel="training FLOPs",
-        ylabel="final validation loss",
+        ylabel="final validation loss (seed mean)",
     )
     plot_scaling(
         points_p,
         None,
         workdir / "loss_vs_params.png",
         xlabel="non-embedding parameters",
-        ylabel="final validation loss",
+        ylabel="final validation loss (seed mean)",
     )
-    largest = sizes[-1]
-    out["headline"] = {**largest["reach"], "width": largest["width"]}
-    if "step_time_ratio" in largest:
-        out["headline"]["step_time_ratio"] = largest["step_time_ratio"]
+    headline: dict = {"seeds": len(cfg.seeds), "init": cfg.init}
+    for s in sizes:
+        reach, tag = s["reach"], f"D={s['width']}"
+        headline[f"{tag} final loss transformer / rmt"] = (
+            f"{_fmt(s['transformer']['final_eval_loss'])} / {_fmt(s['rmt']['final_eval_loss'])}"
+        )
+        headline[f"{tag} seeds where the rmt reaches the transformer's loss"] = (
+            f"{reach['reached']}/{reach['seeds']}"
+        )
+        headline[f"{tag} tokens fraction"] = _fmt(
+            reach["tokens_fraction"], PAPER["tokens_fraction"]
+        )
+        headline[f"{tag} FLOPs fraction, analytic"] = _fmt(
+            reach["flops_fraction"], PAPER["flops_fraction"]
+        )
+        headline[f"{tag} FLOPs fraction, XLA-measured step"] = _fmt(
+            reach["measured_flops_fraction"]
+        )
+        if "step_time_ratio" in s:
+            headline[f"{tag} step time rmt / transformer"] = (
+                f"{s['step_time_ratio']:.2f} (paper {PAPER['step_time_ratio']:.2f}, GPU)"
+            )
+    out["headline"] = headline
     return out

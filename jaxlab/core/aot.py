@@ -28,6 +28,7 @@ import optax
 from flax import nnx
 
 from jaxlab.core.errors import RunError
+from jaxlab.core.flops import compiled_flops
 from jaxlab.core.loop import Task, create_state, make_train_step
 from jaxlab.core.mesh import AxisRules, batch_sharding, state_shardings
 
@@ -58,7 +59,9 @@ def compile_train_step(
       ``state_bytes`` (parameters + optimizer state, all devices), ``state_bytes_per_device``
       (the largest shard each device holds, from the shardings), their ratio ``sharded_fraction``
       (1/num_devices when fully sharded), XLA's per-device ``argument``/``output``/``temp`` bytes,
-      and the lowering and compile seconds.
+      XLA's FLOP count of one step on one device (``flops_per_device``: forward, backward and
+      optimizer update; :func:`jaxlab.core.flops.compiled_flops`), and the lowering and compile
+      seconds.
     """
     key = jax.random.key(0)
     graphdef, abstract_state = jax.eval_shape(functools.partial(create_state, task, tx), key)
@@ -93,6 +96,7 @@ def compile_train_step(
         "argument_bytes_per_device": memory.argument_size_in_bytes,
         "output_bytes_per_device": memory.output_size_in_bytes,
         "temp_bytes_per_device": memory.temp_size_in_bytes,
+        "flops_per_device": compiled_flops(compiled),
         "lower_seconds": lowered_at - start,
         "compile_seconds": done - lowered_at,
     }

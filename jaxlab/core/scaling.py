@@ -22,7 +22,7 @@ import scipy.optimize
 from jaxtyping import Float
 from numpy.typing import ArrayLike
 
-__all__ = ["PowerLawFit", "fit_loglog_slope", "fit_power_law", "predict"]
+__all__ = ["PowerLawFit", "fit_loglog_slope", "fit_power_law", "mean_sd", "predict"]
 
 
 class PowerLawFit(NamedTuple):
@@ -39,6 +39,19 @@ class PowerLawFit(NamedTuple):
     def predict(self, x: ArrayLike) -> Float[np.ndarray, "..."]:
         """Evaluates the fitted law at ``x`` (see :func:`predict`)."""
         return predict(self, x)
+
+
+def mean_sd(values: ArrayLike) -> dict[str, float | int | None]:
+    """Mean and *sample* standard deviation (ddof = 1) of repeated measurements, e.g. over seeds.
+
+    Returns ``{"mean", "sd", "n"}``; the sd of one value is 0 and both are None for no value (a
+    quantity that was never reached, say). Claims over seeds quote this spread.
+    """
+    arr = np.asarray(values, np.float64).ravel()
+    if arr.size == 0:
+        return {"mean": None, "sd": None, "n": 0}
+    sd = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return {"mean": float(arr.mean()), "sd": sd, "n": int(arr.size)}
 
 
 def predict(fit: PowerLawFit, x: ArrayLike) -> Float[np.ndarray, "..."]:

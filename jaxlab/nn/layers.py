@@ -44,7 +44,7 @@ def make_norm(
 
 
 class MLP(nnx.Module):
-    """``W_out · GELU(W_in · x)`` without biases; ``W_in`` starts at N(0, 0.02²), ``W_out`` at
+    """``W_out · GELU(W_in · x)`` without biases; ``W_in`` starts at N(0, in_std²), ``W_out`` at
     N(0, out_std²) (or the structured equivalents, see :mod:`jaxlab.nn.linear`).
 
     Both maps come from ``linear`` (a :class:`~jaxlab.nn.linear.LinearSpec` or any linear factory),
@@ -61,6 +61,7 @@ class MLP(nnx.Module):
         d_ff: int,
         *,
         out_std: float,
+        in_std: float = 0.02,
         linear: LinearFactory | None = None,
         dtype: str = "float32",
         param_dtype: str = "float32",
@@ -69,7 +70,7 @@ class MLP(nnx.Module):
     ):
         if linear is None:
             linear = LinearSpec(dtype=dtype, param_dtype=param_dtype, matmul_impl=matmul_impl)
-        self.up = linear(d_model, d_ff, std=0.02, axes=("embed", "mlp"), rngs=rngs)
+        self.up = linear(d_model, d_ff, std=in_std, axes=("embed", "mlp"), rngs=rngs)
         self.down = linear(d_ff, d_model, std=out_std, axes=("mlp", "embed"), rngs=rngs)
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
@@ -120,13 +121,19 @@ class TokenEmbedding(nnx.Module):
 
 
 def unembedding(
-    dim: int, vocab_size: int, *, dtype: str, param_dtype: str, rngs: nnx.Rngs
+    dim: int,
+    vocab_size: int,
+    *,
+    dtype: str,
+    param_dtype: str,
+    rngs: nnx.Rngs,
+    std: float = 0.02,
 ) -> Dense:
-    """The untied, bias-free output projection ``dim -> vocab_size``, N(0, 0.02) init, XLA."""
+    """The untied, bias-free output projection ``dim -> vocab_size``, N(0, std²) init, XLA."""
     return Dense(
         dim,
         vocab_size,
-        std=0.02,
+        std=std,
         axes=("embed", "vocab"),
         dtype=dtype,
         param_dtype=param_dtype,

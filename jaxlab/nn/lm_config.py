@@ -18,13 +18,15 @@ from typing import Any, ClassVar, Literal
 from jaxlab.core.config import check, check_choices
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.attention import AttentionImpl
+from jaxlab.nn.init import InitName
 from jaxlab.nn.linear import LinearName, LinearSpec, MatmulImplName
 
-__all__ = ["AttentionImplName", "DType", "LMConfig", "NormName", "PositionsName"]
+__all__ = ["AlibiName", "AttentionImplName", "DType", "LMConfig", "NormName", "PositionsName"]
 
 AttentionImplName = Literal[tuple(i.value for i in AttentionImpl)]  # type: ignore[valid-type]
 NormName = Literal["layernorm", "rmsnorm"]
 PositionsName = Literal["learned", "alibi"]
+AlibiName = Literal["press", "geometric"]
 DType = Literal["float32", "bfloat16"]
 
 # What every ``.paper(size)`` preset shares: the RMT paper's GPT-2 vocabulary and context (Table 2).
@@ -39,6 +41,11 @@ class LMConfig:
       vocab_size, seq_len, num_layers: vocabulary, longest row, depth.
       d_ff: MLP hidden width (a subclass says what 0 means, if anything).
       norm, positions: normalisation and position encoding (``learned`` absolute or ALiBi).
+      alibi: ALiBi head slopes (:func:`jaxlab.nn.attention.alibi_slopes`): ``"press"`` (Press et
+        al.'s recipe) or ``"geometric"`` (the RMT authors' code); equal for powers of two.
+      layer_scaled_logits: attention logits divided by (layer index + 1) before the ALiBi bias
+        (RMT paper Sec. 4.3; the authors' code does it in both of their models).
+      init: the initialisation rule of every matrix (:mod:`jaxlab.nn.init`).
       document_mask: attend only within a document of a packed row.
       attention_impl: :class:`jaxlab.nn.attention.AttentionImpl` value.
       matmul_impl: backend of the dense maps' products (:class:`jaxlab.nn.linear.MatmulImpl`).
@@ -61,6 +68,9 @@ class LMConfig:
     d_ff: int = 0
     norm: NormName = "layernorm"
     positions: PositionsName = "learned"
+    alibi: AlibiName = "press"
+    layer_scaled_logits: bool = False
+    init: InitName = "gpt2"
     document_mask: bool = True
     attention_impl: AttentionImplName = "auto"
     matmul_impl: MatmulImplName = "auto"

@@ -3,8 +3,11 @@
 Pre-norm GPT-2-style blocks (Radford et al. 2019): ``x += Attn(Norm(x))``, ``x += MLP(Norm(x))``, a
 final norm and an untied unembedding, no biases anywhere. Positions are learned absolute embeddings
 or ALiBi (Press et al. 2022); attention is causal with optional document masking of packed rows and
-goes through :func:`jaxlab.nn.attention.dot_product_attention`. Init: N(0, 0.02) everywhere, output
-projections of the residual branches scaled by 1/sqrt(2L) (GPT-2, Sec. 2.3). Parameters carry
+goes through :func:`jaxlab.nn.attention.dot_product_attention`. Init by ``cfg.init``
+(:mod:`jaxlab.nn.init`); the default ``"gpt2"`` is N(0, 0.02) everywhere with the output
+projections of the residual branches scaled by 1/sqrt(2L) (GPT-2, Sec. 2.3). Optionally the logits
+of layer l are divided by l + 1 (``layer_scaled_logits``, as the RMT authors do for both of their
+models, RMT paper Sec. 4.3). Parameters carry
 logical axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
 ``TransformerConfig.paper(size)`` gives the baseline series of the RMT paper (Mak & Flanigan 2025,
 Table 2): 49M / 160M / 260M / 405M with V = 50257 and N = 512.
@@ -21,6 +24,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.init import unembedding_std, weight_std
 from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, unembedding
 from jaxlab.nn.lm_config import LMConfig
 
@@ -85,16 +89,19 @@ class Attention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections,
     each built by the config's linear factory."""
 
-    def __init__(self, cfg: TransformerConfig, out_std: float, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: TransformerConfig, layer: int, *, rngs: nnx.Rngs):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.head_dim
         linear = cfg.linear_factory()
-        self.q = linear(d, h * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
-        self.k = linear(d, kv * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
-        self.v = linear(d, kv * hd, std=0.02, axes=("embed", "heads"), rngs=rngs)
-        self.out = linear(h * hd, d, std=out_std, axes=("heads", "embed"), rngs=rngs)
+        std_in = weight_std(cfg.init, d)
+        std_out = weight_std(cfg.init, h * hd, residual_layers=cfg.num_layers)
+        self.q = linear(d, h * hd, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(d, kv * hd, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(d, kv * hd, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(h * hd, d, std=std_out, axes=("heads", "embed"), rngs=rngs)
         self.num_heads, self.kv_heads, self.head_dim = h, kv, hd
         self.impl = cfg.attention_impl
-        self.slopes = alibi_slopes(h) if cfg.positions == "alibi" else None
+        self.scale = hd**-0.5 / (layer + 1) if cfg.layer_scaled_logits else hd**-0.5
+        self.slopes = alibi_slopes(h, cfg.alibi) if cfg.positions == "alibi" else None
 
     def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
         B, T, _ = x_BTD.shape
@@ -108,6 +115,7 @@ class Attention(nnx.Module):
             causal=True,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
+            scale=self.scale,
             impl=self.impl,
         )
         return self.out(o_BTHD.reshape(B, T, -1))
@@ -116,13 +124,17 @@ class Attention(nnx.Module):
 class Block(nnx.Module):
     """One pre-norm block: ``x + Attn(Norm(x))`` then ``x + MLP(Norm(x))``."""
 
-    def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
-        out_std = 0.02 / (2 * cfg.num_layers) ** 0.5
+    def __init__(self, cfg: TransformerConfig, layer: int, *, rngs: nnx.Rngs):
         self.norm1 = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
-        self.attn = Attention(cfg, out_std, rngs=rngs)
+        self.attn = Attention(cfg, layer, rngs=rngs)
         self.norm2 = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
         self.mlp = MLP(
-            cfg.d_model, cfg.ff_dim, out_std=out_std, linear=cfg.linear_factory(), rngs=rngs
+            cfg.d_model,
+            cfg.ff_dim,
+            in_std=weight_std(cfg.init, cfg.d_model),
+            out_std=weight_std(cfg.init, cfg.ff_dim, residual_layers=cfg.num_layers),
+            linear=cfg.linear_factory(),
+            rngs=rngs,
         )
 
     def __call__(self, x_BTD, segment_ids):
@@ -144,10 +156,15 @@ class Transformer(nnx.Module):
             param_dtype=cfg.param_dtype,
             rngs=rngs,
         )
-        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.blocks = nnx.List([Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.param_dtype, rngs=rngs)
         self.unembed = unembedding(
-            cfg.d_model, cfg.vocab_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+            cfg.d_model,
+            cfg.vocab_size,
+            std=unembedding_std(cfg.init),
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
         )
 
     def __call__(

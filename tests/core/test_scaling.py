@@ -68,3 +68,11 @@ def test_loglog_slope_matches_scipy_linregress():
     ref = scipy.stats.linregress(np.log(n), np.log(t))
     assert slope == pytest.approx(ref.slope, rel=1e-10)
     assert intercept == pytest.approx(ref.intercept, rel=1e-10)
+
+
+def test_mean_sd_is_the_sample_spread():
+    from jaxlab.core.scaling import mean_sd
+
+    assert mean_sd([1.0, 2.0, 3.0]) == {"mean": 2.0, "sd": 1.0, "n": 3}  # ddof = 0 would be 0.816
+    assert mean_sd([5.0]) == {"mean": 5.0, "sd": 0.0, "n": 1}
+    assert mean_sd([]) == {"mean": None, "sd": None, "n": 0}

@@ -4,12 +4,17 @@ Mak & Flanigan, "Residual Matrix Transformers: Scaling the Size of the Residual 
 ``RMTConfig.paper(size)`` gives the four RMT sizes of the paper's scaling series (Table 2;
 V = 50257, N = 512, untied unembedding, no biases), matched against ``TransformerConfig.paper``
 49M / 160M / 260M / 405M. The paper and the authors' code
-(github.com/bmac3/residual-matrix-transformer) differ in three places; each is a field here:
+(github.com/bmac3/residual-matrix-transformer) differ in four places; each is a field here:
 
 * ``norm``: the paper writes LayerNorm over the Dk x Dv matrix, the code uses RMSNorm. Default
   ``"rmsnorm"`` (the code, which produced the paper's numbers).
 * ``positions``: the paper describes learned absolute positions, the code uses ALiBi with head
-  slopes 2^(-8h/R). Default ``"alibi"`` (the code).
+  slopes ``geomspace(2^(-8/R), 2^(-8))``. Default ``"alibi"`` with ``alibi="geometric"`` (the
+  code; equal to Press et al.'s slopes when R is a power of two).
+* ``init``: the paper's variance analysis (Table 1) gives storage keys variance 1/R and retrieval
+  keys 1/Dk; the code draws every hidden matrix with variance 0.02²/fan_in and a zero unembedding
+  (µP's table 8). Default ``"fan_in"`` (the paper's analysis, applied to every matrix; the code's
+  rule is ``"authors"``, see :mod:`jaxlab.nn.init`).
 * ``query_zero_init``: the code sets out to zero-initialise the query read keys (µP, Yang et al.
   2021, App. D.2) but discards the result (``Linear.set`` returns a new module), so the code's
   models trained with random query keys. Default ``False`` (what was actually trained).
@@ -20,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxlab.core.config import check
-from jaxlab.nn.lm_config import LMConfig, NormName, PositionsName
+from jaxlab.nn.init import InitName
+from jaxlab.nn.lm_config import AlibiName, LMConfig, NormName, PositionsName
 
 __all__ = ["RMTConfig"]
 
@@ -48,6 +54,8 @@ class RMTConfig(LMConfig):
     d_ff: int = 512
     norm: NormName = "rmsnorm"
     positions: PositionsName = "alibi"
+    alibi: AlibiName = "geometric"
+    init: InitName = "fan_in"
     rank: int = 4
     d_key: int = 16
     d_value: int = 32

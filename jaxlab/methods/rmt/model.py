@@ -19,11 +19,13 @@ the MLP's two maps come from the config's linear factory (``cfg.linear``: dense 
 structured kind from :mod:`jaxlab.nn.linear`).
 
 Pre-norm residual updates ``X <- X + MHA(Norm(X))``, ``X <- X + FF(Norm(X))`` with the norm taken
-over the whole ``Dk x Dv`` matrix of a token. Initialisation (paper Table 1's variance analysis):
-with i.i.d. keys of variance s^2, storing R vectors multiplies the variance by ``R s^2`` (backward:
-``Dk s^2``) and retrieving multiplies it by ``Dk s^2`` (backward: ``R s^2``); we draw storage keys
-with s^2 = 1/R and retrieval keys with s^2 = 1/Dk, so both preserve the forward variance, and the
-layers' output storage keys are further scaled by 1/sqrt(2L) (GPT-2 style).
+over the whole ``Dk x Dv`` matrix of a token. Initialisation follows ``cfg.init``
+(:mod:`jaxlab.nn.init`), one rule for every matrix. The default ``"fan_in"`` is the paper's
+variance analysis (Table 1): with i.i.d. keys of variance s^2, storing R vectors multiplies the
+variance by ``R s^2`` (backward: ``Dk s^2``) and retrieving multiplies it by ``Dk s^2`` (backward:
+``R s^2``), so storage keys get s^2 = 1/R and retrieval keys s^2 = 1/Dk, and the MLP's matrices
+1/fan_in likewise; the layers' output storage keys (the last matrix of each residual branch) are
+further scaled by 1/sqrt(2L) (GPT-2 style; the authors' code does the same).
 
 Layout and speed. The residual is held as ``X^T``, shape ``(B, T, Dv, Dk)`` with Dk the minor
 axis, so that storage and retrieval are each one plain ``(B*T*Dv, .) @ (., .)`` matrix product
@@ -37,8 +39,6 @@ took the step-time ratio against the matched transformer from about 1.35x to abo
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -47,6 +47,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.init import unembedding_std, weight_std
 from jaxlab.nn.layers import MLP, TokenEmbedding, param_init, unembedding
 
 __all__ = ["RMT", "retrieve", "retrieve_reference", "store", "store_reference"]
@@ -133,6 +134,7 @@ def retrieve_reference(x_BTVK: Array, keys_KR: Array) -> Array:
 
 
 def _keys(shape, std: float, rngs: nnx.Rngs, dtype) -> nnx.Param:
+    """An ``R x Dk`` (or ``Dk x R``) key matrix, N(0, std^2), with no sharding names (small)."""
     init = param_init(nnx.initializers.normal(std), (None,) * len(shape))
     return nnx.Param(init(rngs.params(), shape, jnp.dtype(dtype)))
 
@@ -175,19 +177,25 @@ class MatrixNorm(nnx.Module):
         return (retrieve(h.astype(x_BTVK.dtype), keys_KR) * inv).astype(x_BTVK.dtype)
 
 
+def _write_keys(cfg: RMTConfig, rngs: nnx.Rngs) -> nnx.Param:
+    """The storage keys that end a residual branch (attention or FF): fan-in R, × 1/sqrt(2L)."""
+    std = weight_std(cfg.init, cfg.rank, residual_layers=cfg.num_layers)
+    return _keys((cfg.rank, cfg.d_key), std, rngs, cfg.param_dtype)
+
+
 class RMTAttention(nnx.Module):
     """Multi-head attention whose q, k, v and outputs go through retrieval and storage keys."""
 
     def __init__(self, cfg: RMTConfig, layer: int, *, rngs: nnx.Rngs):
         R, K = cfg.rank, cfg.d_key
         self.norm = MatrixNorm(cfg, rngs=rngs)
-        self.read_qkv = _keys((3, K, R), K**-0.5, rngs, cfg.param_dtype)
+        self.read_qkv = _keys((3, K, R), weight_std(cfg.init, K), rngs, cfg.param_dtype)
         if cfg.query_zero_init:  # µP's zero query (Yang et al. 2021, App. D.2), as the code meant
             self.read_qkv[...] = self.read_qkv[...].at[0].set(0.0)
-        self.write = _keys((R, K), R**-0.5 / math.sqrt(2 * cfg.num_layers), rngs, cfg.param_dtype)
+        self.write = _write_keys(cfg, rngs)
         scale = cfg.d_value**-0.5
         self.scale = scale / (layer + 1) if cfg.layer_scaled_logits else scale
-        self.slopes = alibi_slopes(R) if cfg.positions == "alibi" else None
+        self.slopes = alibi_slopes(R, cfg.alibi) if cfg.positions == "alibi" else None
         self.impl = cfg.attention_impl
 
     def __call__(self, x_BTVK, segment_ids):
@@ -213,9 +221,16 @@ class RMTFeedForward(nnx.Module):
     def __init__(self, cfg: RMTConfig, *, rngs: nnx.Rngs):
         R, K = cfg.rank, cfg.d_key
         self.norm = MatrixNorm(cfg, rngs=rngs)
-        self.read = _keys((K, R), K**-0.5, rngs, cfg.param_dtype)
-        self.mlp = MLP(cfg.width, cfg.d_ff, out_std=0.02, linear=cfg.linear_factory(), rngs=rngs)
-        self.write = _keys((R, K), R**-0.5 / math.sqrt(2 * cfg.num_layers), rngs, cfg.param_dtype)
+        self.read = _keys((K, R), weight_std(cfg.init, K), rngs, cfg.param_dtype)
+        self.mlp = MLP(
+            cfg.width,
+            cfg.d_ff,
+            in_std=weight_std(cfg.init, cfg.width),
+            out_std=weight_std(cfg.init, cfg.d_ff),  # the storage keys end this branch
+            linear=cfg.linear_factory(),
+            rngs=rngs,
+        )
+        self.write = _write_keys(cfg, rngs)
 
     def __call__(self, x_BTVK):
         B, T = x_BTVK.shape[:2]
@@ -248,12 +263,21 @@ class RMT(nnx.Module):
             param_dtype=cfg.param_dtype,
             rngs=rngs,
         )
-        self.store_embed = _keys((cfg.rank, cfg.d_key), cfg.rank**-0.5, rngs, cfg.param_dtype)
+        self.store_embed = _keys(
+            (cfg.rank, cfg.d_key), weight_std(cfg.init, cfg.rank), rngs, cfg.param_dtype
+        )
         self.layers = nnx.List([RMTLayer(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
         self.final_norm = MatrixNorm(cfg, rngs=rngs)
-        self.read_out = _keys((cfg.d_key, cfg.rank), cfg.d_key**-0.5, rngs, cfg.param_dtype)
+        self.read_out = _keys(
+            (cfg.d_key, cfg.rank), weight_std(cfg.init, cfg.d_key), rngs, cfg.param_dtype
+        )
         self.unembed = unembedding(
-            cfg.width, cfg.vocab_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+            cfg.width,
+            cfg.vocab_size,
+            std=unembedding_std(cfg.init),
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
         )
 
     def __call__(

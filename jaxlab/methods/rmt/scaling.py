@@ -14,6 +14,7 @@ reads them off the validation curves by linear interpolation.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from flax import nnx
@@ -34,14 +35,16 @@ def matched_pair(
     d_key: int,
     seq_len: int,
     vocab_size: int,
-    norm: str = "rmsnorm",
-    positions: str = "alibi",
+    **recipe: Any,
 ) -> tuple[TransformerConfig, RMTConfig]:
-    """The transformer and RMT of core width ``width`` (= heads x head_dim), ``layers`` deep."""
+    """The transformer and RMT of core width ``width`` (= heads x head_dim), ``layers`` deep.
+
+    ``recipe`` holds the fields both models take alike (:class:`~jaxlab.nn.lm_config.LMConfig`:
+    ``norm``, ``positions``, ``alibi``, ``layer_scaled_logits``, ``init``, ...); both configs get
+    exactly the same values, so that the pair differs in its residual stream only.
+    """
     heads = width // head_dim
-    common = dict(
-        vocab_size=vocab_size, seq_len=seq_len, num_layers=layers, norm=norm, positions=positions
-    )
+    common = dict(vocab_size=vocab_size, seq_len=seq_len, num_layers=layers, **recipe)
     transformer = TransformerConfig(d_model=width, num_heads=heads, d_ff=4 * width, **common)
     rmt = RMTConfig(rank=heads, d_key=d_key, d_value=head_dim, d_ff=4 * width, **common)
     return transformer, rmt
