@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -19,16 +21,16 @@
 # CPU in about a minute; in Colab, the first cell installs jaxlab.
 
 # %%
+# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:  # Colab: install jaxlab itself (elsewhere: pip install -e .)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/jaxlab/jaxlab"],
-        check=True,
-    )
-SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs this notebook at tiny size
+EXTRAS = ""
+if "google.colab" in sys.modules:
+    spec = f"jaxlab{EXTRAS} @ git+https://github.com/jaxlab/jaxlab"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
+SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size
 
 # %% [markdown]
 # ## The data: the King James Bible as bytes, split by book
@@ -99,16 +101,14 @@ print({k: summary[k] for k in ("final_step", "num_params", "eval")})
 # ## Plot
 
 # %%
-import matplotlib.pyplot as plt
+from jaxlab.core.plots import curves_figure
 
 metrics = read_metrics(workdir)
 train = [(r["step"], r["bits_per_byte"]) for r in metrics if "bits_per_byte" in r]
 val = [(r["step"], r["eval_bits_per_byte"]) for r in metrics if "eval_bits_per_byte" in r]
-fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.plot(*np.array(train).T, label="train")
-ax.plot(*np.array(val).T, "o-", label="validation")
-ax.axhline(unigram_entropy_bits(val_docs), color="gray", ls="--", label="unigram entropy")
-ax.set_xlabel("step")
-ax.set_ylabel("bits per byte")
-ax.legend()
-plt.show()
+curves_figure(
+    {"train": np.array(train).T, "validation": np.array(val).T},
+    xlabel="step",
+    ylabel="bits per byte",
+    hlines={"unigram entropy": unigram_entropy_bits(val_docs)},
+)

@@ -25,15 +25,16 @@
 # Set `JAXLAB_SMOKE=1` for a tiny run.
 
 # %%
+# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
 import os
 import subprocess
 import sys
 
+EXTRAS = ""
 if "google.colab" in sys.modules:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/jaxlab/jaxlab"],
-        check=True,
-    )
+    spec = f"jaxlab{EXTRAS} @ git+https://github.com/jaxlab/jaxlab"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
+SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size
 
 # %%
 import jax
@@ -46,7 +47,6 @@ from jaxlab.data.nard_synthetic import make_problem
 from jaxlab.methods.nard import METHODS, fit, log_marginal_likelihood
 from jaxlab.methods.nard.scores import network_errors, support_rates
 
-SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))
 d, m, n, p = (40, 5, 60, 3) if SMOKE else (300, 20, 200, 10)
 problem = make_problem(d, m, n, p, seed=0)
 print(

@@ -23,16 +23,16 @@
 # pairs, and trains a matched pair for a few steps on the shipped corpus.
 
 # %%
+# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:  # Colab: install jaxlab itself (elsewhere: pip install -e .)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/jaxlab/jaxlab"],
-        check=True,
-    )
-SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))
+EXTRAS = ""
+if "google.colab" in sys.modules:
+    spec = f"jaxlab{EXTRAS} @ git+https://github.com/jaxlab/jaxlab"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
+SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size
 
 # %% [markdown]
 # ## Storage and retrieval
@@ -81,11 +81,10 @@ for t_size, r_size in [("49m", "46m"), ("405m", "305m")]:
 # %%
 import tempfile
 
-import matplotlib.pyplot as plt
-
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
+from jaxlab.core.plots import curves_figure
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.nn.lm_task import LMTask
 
@@ -109,10 +108,4 @@ for name, build, cfg in (("transformer", Transformer, tcfg), ("rmt", RMT, rcfg))
     curves[name] = ([r["step"] for r in rows], [r["eval_loss"] for r in rows])
     print(name, "final validation loss:", round(curves[name][1][-1], 4))
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for name, (x, y) in curves.items():
-    ax.plot(x, y, "o-", label=name)
-ax.set_xlabel("step")
-ax.set_ylabel("validation loss (nats/byte)")
-ax.legend()
-plt.show()
+curves_figure(curves, xlabel="step", ylabel="validation loss (nats/byte)")

@@ -38,3 +38,26 @@ def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
     client.execute()
+
+
+INSTALL_CELL = """# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
+import os
+import subprocess
+import sys
+
+EXTRAS = {extras}
+if "google.colab" in sys.modules:
+    spec = f"jaxlab{{EXTRAS}} @ git+https://github.com/jaxlab/jaxlab"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
+SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size"""
+
+
+@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_share_one_install_cell_and_one_plot_style(source: pathlib.Path):
+    cells = _code(jupytext.read(source))
+    extras_line = next(line for line in cells[0].splitlines() if line.startswith("EXTRAS = "))
+    extras = extras_line.removeprefix("EXTRAS = ")
+    assert cells[0] == INSTALL_CELL.format(extras=extras), f"{source.name}: first cell differs"
+    # Figures come from jaxlab.core.plots (the experiments' style), never from pyplot directly.
+    text = source.read_text()
+    assert "pyplot" not in text and "Figure(" not in text, f"{source.name} draws its own figures"

@@ -3,7 +3,9 @@
 Figures are built as ``matplotlib.figure.Figure`` objects and saved directly, never through
 ``pyplot``: there is no global figure state to leak between calls or threads, nothing to close, and
 no GUI backend is ever selected, so the same code works headless in CI, in a notebook and on a
-cluster. Every function returns the path it wrote, creating parent folders as needed.
+cluster. Every ``plot_*`` function returns the path it wrote, creating parent folders as needed;
+its ``*_figure`` twin returns the figure itself, which is how the notebooks draw, so experiments
+and notebooks share one style.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from jaxlab.core.scaling import PowerLawFit, predict
 
 __all__ = [
     "bars_figure",
+    "curves_figure",
     "matrix_figure",
     "pairs_figure",
     "panels_figure",
@@ -30,6 +33,7 @@ __all__ = [
     "plot_panels",
     "plot_scaling",
     "plot_traces",
+    "traces_figure",
 ]
 
 _FIGSIZE = (6.0, 4.0)
@@ -68,19 +72,37 @@ def plot_curves(
     Returns:
         The path written.
     """
+    fig = curves_figure(series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy)
+    return _save(fig, path)
+
+
+def curves_figure(
+    series: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    hlines: Mapping[str, float] | None = None,
+) -> Figure:
+    """The figure :func:`plot_curves` saves; ``hlines`` adds named dashed horizontal references
+    (a floor such as an entropy, a tolerance)."""
     fig = Figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
     for name, (x, y) in series.items():
-        ax.plot(np.asarray(x), np.asarray(y), label=name)
+        ax.plot(np.asarray(x), np.asarray(y), marker="o", markersize=3, label=name)
+    for name, value in (hlines or {}).items():
+        ax.axhline(value, color="gray", linestyle="--", linewidth=1, label=name)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    if series:
+    if series or hlines:
         ax.legend()
     ax.grid(True, which="both", alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 _LINESTYLES = ("-", "--", ":", "-.")
@@ -359,6 +381,21 @@ def plot_traces(
     Returns:
         The path written.
     """
+    fig = traces_figure(
+        traces, ylabel=ylabel, threshold=threshold, highlight=highlight, title=title
+    )
+    return _save(fig, path)
+
+
+def traces_figure(
+    traces: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    *,
+    ylabel: str,
+    threshold: float | None = None,
+    highlight: tuple[str, ...] = (),
+    title: str = "",
+) -> Figure:
+    """The figure :func:`plot_traces` saves (a notebook can display it as it is)."""
     fig = Figure(figsize=(11.0, 4.2))
     ax_it, ax_t = fig.subplots(1, 2)
     for name, (values, seconds) in traces.items():
@@ -380,4 +417,4 @@ def plot_traces(
         ax_t.legend(fontsize=7)
     if title:
         fig.suptitle(title)
-    return _save(fig, path)
+    return fig

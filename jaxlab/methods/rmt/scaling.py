@@ -22,9 +22,23 @@ from flax import nnx
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.transformer import TransformerConfig
 
-__all__ = ["fraction_to_reach", "matched_pair", "non_embedding_params", "tokens_to_reach"]
+__all__ = [
+    "MATCHED_RECIPE",
+    "fraction_to_reach",
+    "matched_pair",
+    "non_embedding_params",
+    "tokens_to_reach",
+]
 
 _EMBEDDING_NAMES = ("embed", "unembed")  # token and position tables, unembedding
+
+
+# The recipe of a matched pair unless told otherwise: the RMT authors' choices where their code
+# makes one for both models (RMSNorm, ALiBi with geometric slopes, logits / (layer + 1)), and the
+# paper's variance-preserving init applied to every matrix of both (see jaxlab.nn.init).
+MATCHED_RECIPE = dict(
+    norm="rmsnorm", positions="alibi", alibi="geometric", layer_scaled_logits=True, init="fan_in"
+)
 
 
 def matched_pair(
@@ -39,12 +53,15 @@ def matched_pair(
 ) -> tuple[TransformerConfig, RMTConfig]:
     """The transformer and RMT of core width ``width`` (= heads x head_dim), ``layers`` deep.
 
-    ``recipe`` holds the fields both models take alike (:class:`~jaxlab.nn.lm_config.LMConfig`:
-    ``norm``, ``positions``, ``alibi``, ``layer_scaled_logits``, ``init``, ...); both configs get
-    exactly the same values, so that the pair differs in its residual stream only.
+    ``recipe`` overrides :data:`MATCHED_RECIPE`, the fields both models take alike
+    (:class:`~jaxlab.nn.lm_config.LMConfig`: ``norm``, ``positions``, ``alibi``,
+    ``layer_scaled_logits``, ``init``, ...); both configs get exactly the same values — every
+    field of the shared base is equal — so that the pair differs in its residual stream only.
     """
     heads = width // head_dim
-    common = dict(vocab_size=vocab_size, seq_len=seq_len, num_layers=layers, **recipe)
+    common = dict(
+        vocab_size=vocab_size, seq_len=seq_len, num_layers=layers, **{**MATCHED_RECIPE, **recipe}
+    )
     transformer = TransformerConfig(d_model=width, num_heads=heads, d_ff=4 * width, **common)
     rmt = RMTConfig(rank=heads, d_key=d_key, d_value=head_dim, d_ff=4 * width, **common)
     return transformer, rmt
