@@ -2,15 +2,8 @@
 
 Command:  python experiments/run.py --exp=kernels_bench          (``--smoke``: under 30 s)
           GPU:  bash scripts/gpu_bench.sh   (adds the TFLOP/s grid and the native-kernel tests)
-Runtime:  CPU (2 shared cores): 46 s; --smoke 24 s. GPU: not yet run (no GPU was available).
-Result:   (measured 2026-11-30, jax 0.10.2 CPU, Pallas in interpret mode) float32: flash attention
-          within 1.7e-6 of its reference (output and dq, dk, dv; values up to 7.2), chunked
-          attention 2.6e-6, matmul+GELU 3.6e-5 (values up to 36, 1e-6 relative). bfloat16: flash
-          and chunked attention 2.1e-2, the same as the jnp reference's own bf16 error; matmul 0.16
-          (one bf16 rounding of values up to 36). Compiled temporaries of causal attention (B=1,
-          H=8, D=64) from T = 1k to 16k: XLA reference fwd 64 MiB -> 16 GiB (log-log slope 2.00),
-          chunked 55 -> 867 MiB (slope 0.99); fwd+bwd 100 MiB -> 24 GiB (1.99) vs 59 -> 930 MiB
-          (0.99). Table and plots: pallas_kernels/README.md, attention_memory.png.
+Result:   per kernel the largest error against its reference, and the memory slopes of the
+          attention paths; measured results in pallas_kernels/README.md.
 
 Three parts. (1) Correctness: each kernel (flash attention, chunked XLA attention, matmul) against
 its jnp reference on small inputs — max absolute error of the output and of every input gradient;
@@ -29,16 +22,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import pallas_kernels as pk
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
+from jaxlab.core.timing import time_call
 from jaxlab.nn.attention import xla_attention, xla_chunked_attention
 
 H200_BF16_PEAK_TFLOPS = 989.5  # dense, NVIDIA H200 SXM datasheet
@@ -58,18 +51,20 @@ class Config:
     gpu_iters: int = 10
 
 
+PRESETS = {
+    "default": Config,
+    "smoke": lambda: Config(
+        check_len=40,
+        check_dtypes=("float32",),
+        memory_lens=(1024, 2048, 4096),
+        gpu_lens=(1024,),
+        gpu_iters=2,
+    ),
+}
+
+
 def get_config(preset: str = "default") -> Config:
-    if preset == "default":
-        return Config()
-    if preset == "smoke":
-        return Config(
-            check_len=40,
-            check_dtypes=("float32",),
-            memory_lens=(1024, 2048, 4096),
-            gpu_lens=(1024,),
-            gpu_iters=2,
-        )
-    raise ConfigError(f"unknown preset {preset!r} for kernels_bench; choose default or smoke")
+    return select_preset("kernels_bench", PRESETS, preset)
 
 
 # ------------------------------------------------------------------------------- correctness
@@ -159,13 +154,8 @@ def _slope(xs, ys) -> float:
 
 
 def _time(fn, args, iters: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    """Median seconds of ``fn(*args)`` (jaxlab's one timing protocol, compilation excluded)."""
+    return time_call(lambda: fn(*args), repeats=iters, warmup=1).median
 
 
 def gpu_rows(cfg: Config) -> list[dict]:
@@ -264,4 +254,9 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             )  # fmt: skip
         else:
             summary["gpu_benchmark"] = f"skipped: no GPU (backend {platform})"
+    summary["headline"] = {
+        k: v
+        for k, v in summary.items()
+        if k.startswith(("max_err_", "memory_slope_", "pallas_over"))
+    }
     return summary

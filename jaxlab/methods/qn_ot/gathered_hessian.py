@@ -9,13 +9,13 @@ the last index, so they add nothing to a product. The products are a gather and 
 
 Construction (once per SPLR iteration): the threshold of :func:`sparse_hessian.sparsify` (the
 ``⌊ρ n(m-1)⌋``-th largest entry of ``T̃``), the mask ``T̃ ≥ threshold`` plus row and column 0,
-and its compaction by :func:`compact` (gathers and bit counts only: the scatter in
-``jnp.nonzero`` costs ~25 ms on CPU for MNIST, a plain ``cumsum`` 4 ms, this 1 ms). ``capacity``
-defaults to twice the largest kept count plus row and column 0; should the mask still hold more
-entries (ties, or the sampled quantile of large problems), the last ones in row-major order are
-dropped. Any ``Ω`` keeps
-``H_Ω + τI`` positive definite (Section 3.1), so a truncated ``Ω`` is still a valid SPLR matrix.
-:class:`SparseHessian` is the oracle: ``tests/methods/qn_ot`` checks the products agree.
+and its compaction by :func:`compact` (gathers and bit counts only: on CPU the scatter inside
+``jnp.nonzero``, and even a plain ``cumsum``, cost several times more). ``capacity`` defaults to
+twice the largest kept count plus row and column 0; should the mask still hold more entries (ties,
+or the sampled quantile of large problems), the last ones in row-major order are dropped. Any
+``Ω`` keeps ``H_Ω + τI`` positive definite (Section 3.1), so a truncated ``Ω`` is still a valid
+SPLR matrix. :class:`SparseHessian` is the oracle: ``tests/methods/qn_ot`` checks that the
+products agree.
 """
 
 from __future__ import annotations
