@@ -77,9 +77,9 @@ for name, out in (("SPLR", splr), ("Sinkhorn", sink)):
 # %%
 traces = {}
 for name, out in (("SPLR", splr), ("Sinkhorn", sink)):
-    n = int(out.n_iter)
+    errors = np.asarray(out.errors)  # NaN past n_iter: those points are not drawn
     # The time axis spreads the measured total evenly over the iterations.
-    traces[name] = (np.asarray(out.errors), out.seconds * np.arange(n + 2) / (n + 1))
+    traces[name] = (errors, out.seconds * np.arange(len(errors)) / max(int(out.n_iter), 1))
 traces_figure(
     traces, ylabel="||g||", threshold=1e-8, title=f"Synthetic I, n={N}, eta={ETA:g}"
 )  # displayed as the cell's value
