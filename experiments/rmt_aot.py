@@ -66,7 +66,18 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     with MetricWriter(workdir, start_step=-1, tensorboard=False) as writer:  # a rerun rewrites
         for i, (name, res) in enumerate(results.items()):
             writer.write(i, {"model": name, **res})
+    gib = 2.0**30
+    headline = {
+        f"{name} state per device": f"{r['state_bytes_per_device'] / 2**20:.1f} MiB "
+        f"(1/{1 / r['sharded_fraction']:.1f} of {r['state_bytes'] / gib:.2f} GiB)"
+        for name, r in results.items()
+    }
+    for name, r in results.items():
+        headline[f"{name} XLA temporaries per device"] = (
+            f"{r['temp_bytes_per_device'] / gib:.2f} GiB"
+        )
     return {
+        "headline": headline,
         "models": results,
         "max_sharded_fraction": max(r["sharded_fraction"] for r in results.values()),
         "max_temp_bytes_per_device": max(r["temp_bytes_per_device"] for r in results.values()),
