@@ -15,22 +15,25 @@ What every OT method in jaxlab builds on (SPLR in :mod:`jaxlab.methods.qn_ot`, W
 * :mod:`.differentiation` — the OT value from optimal potentials with envelope-theorem gradients.
 
 Every iterative solver here runs on :func:`jaxlab.core.iterate.iterate` (one convergence test, one
-error trace; a non-finite value is never counted as converged). Partial transport (entropic and
-exact, with masses) will live in ``jaxlab/ot/partial.py``, built in the WARMPOT issue. This package
-imports :mod:`jaxlab.core` and ott-jax, never :mod:`jaxlab.methods`.
+error trace; a non-finite value is never counted as converged). :mod:`.partial` is partial
+transport (entropic by Dykstra, exact by the dummy-point LP) with a hard total mass (WARMPOT).
+This package imports :mod:`jaxlab.core` and ott-jax, never :mod:`jaxlab.methods`.
 """
 
 from jaxlab.ot.differentiation import value_from_potentials
 from jaxlab.ot.lbfgs import lbfgs
 from jaxlab.ot.linsolve import LinearSolver
 from jaxlab.ot.output import OTOutput, RawSolution, to_output
+from jaxlab.ot.partial import PartialOTOutput, partial_ot
 from jaxlab.ot.sinkhorn import sinkhorn
 
 __all__ = [
     "LinearSolver",
     "OTOutput",
+    "PartialOTOutput",
     "RawSolution",
     "lbfgs",
+    "partial_ot",
     "sinkhorn",
     "to_output",
     "value_from_potentials",

@@ -34,6 +34,7 @@ from jaxlab.methods.nard.sequential_surrogate import solve_sequential_surrogate
 from jaxlab.methods.nard.surrogate import solve_surrogate
 from jaxlab.methods.qn_ot import Method as OTMethod
 from jaxlab.methods.qn_ot import solve as ot_solve
+from jaxlab.ot.partial import partial_ot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,15 +115,35 @@ NARD = Family(
     bad_input=lambda name, problem: nard.fit(*problem, method=name, lam=float("inf")),
 )
 
+# ----------------------------------------------------------------------------- partial OT (Dykstra)
+PARTIAL_TOL = 1e-10
+
+
+def _partial_call(name, problem, epsilon):
+    cost, a, b = problem
+    return partial_ot(0.8 * a / a.max(), b, cost, mass=0.7, epsilon=epsilon, tol=PARTIAL_TOL)
+
+
+PARTIAL = dataclasses.replace(
+    OT,
+    call=_partial_call,
+    converged_by_rule=lambda t, n: bool(np.isfinite(t[n]) and t[n] < PARTIAL_TOL),
+    bad_input=lambda name, problem: partial_ot(
+        problem[1], problem[2], problem[0], mass=2.0, epsilon=0.05
+    ),
+)
+
 # ----------------------------------------------------------------------------- the registry
 SOLVERS = [(OT, m.value) for m in OTMethod] + [(NARD, m.value) for m in nard.Method]
-IDS = [f"{'ot' if fam is OT else 'nard'}-{name}" for fam, name in SOLVERS]
+SOLVERS += [(PARTIAL, "partial_entropic")]
+FAMILY_NAMES = {id(OT): "ot", id(NARD): "nard", id(PARTIAL): "ot"}
+IDS = [f"{FAMILY_NAMES[id(fam)]}-{name}" for fam, name in SOLVERS]
 
 
 @pytest.fixture(scope="module")
 def problems():
     with jax.enable_x64(True):
-        return {id(OT): OT.problem(), id(NARD): _nard_problem_x64()}
+        return {id(OT): OT.problem(), id(NARD): _nard_problem_x64(), id(PARTIAL): OT.problem()}
 
 
 def _nard_problem_x64():

@@ -1,0 +1,118 @@
+"""Partial OT (entropic Dykstra and exact dummy-point LP) against ott-jax, POT and its own KKT."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import ot
+import pytest
+from ott.geometry.geometry import Geometry
+from ott.problems.linear.linear_problem import LinearProblem
+from ott.solvers.linear.sinkhorn import Sinkhorn
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.ot.partial import partial_ot
+
+
+def _problem(n, m, seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.random((n, 2)), rng.random((m, 2))
+    return ((x[:, None] - y[None]) ** 2).sum(-1)
+
+
+# (n, m, β (source masses 1/(β n)), mass): sub-probability sources, partial mass, unequal sizes.
+CASES = [(12, 9, 0.7, 0.6), (10, 10, 1.0, 0.5), (8, 11, 0.5, 1.0)]
+
+
+@pytest.mark.parametrize("n, m, beta, mass", CASES)
+def test_entropic_matches_pot_and_is_feasible(x64, n, m, beta, mass):
+    cost = _problem(n, m, n + m)
+    a, b = np.full(n, 1 / (beta * n)), np.full(m, 1 / m)
+    for eps in (0.5, 0.05):
+        out = partial_ot(a, b, cost, mass=mass, epsilon=eps, tol=1e-12, max_iter=20_000)
+        ref = ot.partial.entropic_partial_wasserstein(
+            a, b, cost, reg=eps, m=mass, numItermax=100_000, stopThr=1e-15
+        )
+        assert bool(out.converged)
+        np.testing.assert_allclose(out.matrix, ref, atol=1e-10)
+        np.testing.assert_allclose(out.cost, np.sum(ref * cost), rtol=1e-9)
+        pi = np.asarray(out.matrix)
+        assert pi.min() >= 0 and np.all(pi.sum(1) <= a + 1e-12) and np.all(pi.sum(0) <= b + 1e-12)
+        np.testing.assert_allclose(pi.sum(), mass, rtol=1e-12)
+        assert float(out.error) < 1e-11
+
+
+@pytest.mark.parametrize("n, m, beta, mass", CASES)
+def test_exact_matches_pot_partial_wasserstein(x64, n, m, beta, mass):
+    cost = _problem(n, m, n + m)
+    a, b = np.full(n, 1 / (beta * n)), np.full(m, 1 / m)
+    out = partial_ot(a, b, cost, mass=mass)
+    ref = ot.partial.partial_wasserstein(a, b, cost, m=mass)
+    assert bool(out.converged)
+    np.testing.assert_allclose(out.cost, np.sum(ref * cost), rtol=1e-9)
+    np.testing.assert_allclose(out.matrix, ref, atol=1e-9)  # generic costs: a unique optimum
+    pi = np.asarray(out.matrix)
+    assert pi.min() >= 0 and np.all(pi.sum(1) <= a + 1e-12) and np.all(pi.sum(0) <= b + 1e-12)
+    np.testing.assert_allclose(pi.sum(), mass, rtol=1e-10)
+
+
+def test_full_mass_entropic_is_the_sinkhorn_plan_of_ott_jax(x64):
+    cost = _problem(10, 10, 3)
+    a = b = np.full(10, 0.1)
+    out = partial_ot(a, b, cost, mass=1.0, epsilon=0.05, tol=1e-12, max_iter=20_000)
+    solver = Sinkhorn(lse_mode=True, threshold=1e-13, max_iterations=100_000)
+    ref = solver(LinearProblem(Geometry(cost_matrix=jnp.asarray(cost), epsilon=0.05), a, b))
+    np.testing.assert_allclose(out.matrix, ref.matrix, atol=1e-10)
+
+
+def test_full_mass_exact_is_the_emd_plan(x64):
+    cost = _problem(10, 10, 4)
+    a = b = np.full(10, 0.1)
+    out = partial_ot(a, b, cost, mass=1.0)
+    ref = ot.emd(a, b, cost)
+    np.testing.assert_allclose(out.matrix, ref, atol=1e-10)
+    np.testing.assert_allclose(out.cost, np.sum(ref * cost), rtol=1e-10)
+
+
+def test_epsilon_to_zero_approaches_the_exact_partial_cost(x64):
+    cost = _problem(12, 9, 5)
+    a, b = np.full(12, 1 / (0.7 * 12)), np.full(9, 1 / 9)
+    exact = float(partial_ot(a, b, cost, mass=0.6).cost)
+    gaps = []
+    for eps in (0.1, 0.01, 0.001):
+        out = partial_ot(a, b, cost, mass=0.6, epsilon=eps, tol=1e-10, max_iter=50_000)
+        assert bool(out.converged)
+        gaps.append(float(out.cost) - exact)
+    assert gaps[0] > gaps[1] > gaps[2] >= -1e-9  # the exact plan is feasible: never below it
+    assert gaps[2] < 1e-2 * exact
+
+
+def test_jit_vmap_and_the_plan_is_a_constant_for_gradients(x64):
+    cost = jnp.asarray(_problem(8, 7, 6))
+    a, b = jnp.full(8, 1 / (0.8 * 8)), jnp.full(7, 1 / 7)
+    for eps in (0.1, None):
+        f = jax.jit(lambda c, e=eps: partial_ot(a, b, c, mass=0.7, epsilon=e))
+        out = f(cost)
+        np.testing.assert_allclose(out.cost, partial_ot(a, b, cost, mass=0.7, epsilon=eps).cost)
+        grad = jax.grad(lambda c, f=f: f(c).cost)(cost)  # π fixed: d⟨π, M⟩/dM = π
+        np.testing.assert_allclose(grad, out.matrix, atol=1e-12)
+        batched = jax.vmap(f)(jnp.stack([cost, 2 * cost]))
+        np.testing.assert_allclose(batched.cost[0], out.cost, rtol=1e-9)
+        np.testing.assert_allclose(batched.matrix[1], f(2 * cost).matrix, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mass": 1.5},  # more than min(sum a, sum b)
+        {"mass": -0.1},
+        {"mass": 0.5, "epsilon": 0.0},
+        {"mass": 0.5, "epsilon": "0.1"},
+        {"mass": 0.5, "cost": np.ones((4, 3))},  # does not fit the marginals
+        {"mass": 0.5, "cost": np.full((4, 4), np.nan)},
+    ],
+)
+def test_bad_input_is_one_line(kwargs):
+    kwargs = {"cost": np.ones((4, 4)), "epsilon": 0.1, **kwargs}
+    with pytest.raises(ConfigError) as err:
+        partial_ot(np.full(4, 0.25), np.full(4, 0.25), **kwargs)
+    assert len(str(err.value).splitlines()) == 1
