@@ -1,0 +1,32 @@
+"""The networks of WARMPOT: a feature extractor f and a linear classifier g (Flax NNX).
+
+The paper (Sec. 5) uses a ResNet-50 backbone with a 256-wide bottleneck as f and a linear g; on the
+64-pixel digits an MLP plays the backbone's part. The two are one module so one optimizer trains
+both; ``features`` gives f(x) (the space the transport cost measures), ``__call__`` the logits.
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+from jaxtyping import Array, Float
+
+__all__ = ["Network"]
+
+
+class Network(nnx.Module):
+    """f: ``D → hidden → features`` (ReLU), g: ``features → classes``."""
+
+    def __init__(self, d_in: int, hidden: int, features: int, classes: int, *, rngs: nnx.Rngs):
+        self.f1 = nnx.Linear(d_in, hidden, rngs=rngs)
+        self.f2 = nnx.Linear(hidden, features, rngs=rngs)
+        self.g = nnx.Linear(features, classes, rngs=rngs)
+
+    def features(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B F"]:
+        return jax.nn.relu(self.f2(jax.nn.relu(self.f1(x_BD))))
+
+    def classify(self, z_BF: Float[Array, "B F"]) -> Float[Array, "B C"]:
+        return self.g(z_BF)
+
+    def __call__(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B C"]:
+        return self.classify(self.features(x_BD))

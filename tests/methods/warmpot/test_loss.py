@@ -1,0 +1,113 @@
+"""WARMPOT's weights, loss gradient and mass schedule (the plan from jaxlab.ot.partial)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.methods.warmpot.config import WarmpotConfig
+from jaxlab.methods.warmpot.loss import batch_loss, ground_cost, mass_schedule, plan_weights
+from jaxlab.methods.warmpot.model import Network
+from jaxlab.methods.warmpot.train import knobs_of
+
+
+def _blobs(n_per, classes, seed, shift=0.0):
+    rng = np.random.default_rng(seed)
+    centres = 4.0 * np.eye(3)[:, :2] + shift
+    x = np.concatenate([centres[c] + 0.3 * rng.standard_normal((n_per, 2)) for c in classes])
+    return x, np.repeat(np.asarray(classes), n_per)
+
+
+def test_weights_are_uniform_at_full_mass(x64):
+    rng = np.random.default_rng(0)
+    cost = jnp.asarray(rng.random((16, 16)))
+    _, w = plan_weights(cost, 1.0, 1.0, 0.05, tol=1e-12, max_iter=10_000)
+    np.testing.assert_allclose(w, np.full(16, 1 / 16), atol=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [0.1, None])
+def test_outlier_class_weight_falls_from_a_third_to_zero(x64, epsilon):
+    # 3 source classes, 2 in the target; cost = feature distance (f = identity).
+    xs, ys = _blobs(20, (0, 1, 2), 1)
+    xt, _ = _blobs(30, (0, 1), 2, shift=0.2)
+    cost = jnp.asarray(np.linalg.norm(xs[:, None] - xt[None], axis=-1))
+    shares = {}
+    for beta in (1.0, 2 / 3):
+        if epsilon is None:
+            from jaxlab.ot.partial import partial_ot
+
+            a = np.full(60, 1 / (beta * 60))
+            w = partial_ot(a, np.full(60, 1 / 60), cost, mass=1.0).matrix.sum(1)
+        else:
+            w = plan_weights(cost, 1.0, beta, epsilon, tol=1e-10, max_iter=20_000)[1]
+        shares[beta] = float(np.sum(np.asarray(w)[ys == 2]) / np.sum(w))
+    np.testing.assert_allclose(shares[1.0], 1 / 3, atol=1e-8)
+    assert shares[2 / 3] < 1e-3
+
+
+def test_loss_gradient_is_autodiff_with_the_plan_fixed():
+    cfg = WarmpotConfig(method="warmpot", alpha=0.6, beta=0.5, epsilon=0.5, entropy=0.1)
+    knobs, _ = knobs_of(cfg)
+    model = Network(5, 8, 4, 3, rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(3)
+    x_s, x_t = jnp.asarray(rng.random((6, 5)), jnp.float32), jnp.asarray(rng.random((7, 5)))
+    x_t = x_t.astype(jnp.float32)
+    y_s = jnp.asarray([0, 1, 2, 0, 1, 2])
+    graphdef, params = nnx.split(model, nnx.Param)
+    kw = dict(tol=1e-7, max_iter=5000)
+
+    def loss(p):
+        return batch_loss(nnx.merge(graphdef, p), x_s, y_s, x_t, knobs, 0.6, jnp.ones(3), **kw)
+
+    _, aux = loss(params)
+    m0 = nnx.merge(graphdef, params)
+    z_s, z_t = m0.features(x_s), m0.features(x_t)
+    pi = plan_weights(
+        ground_cost(z_s, z_t, jax.nn.log_softmax(m0.classify(z_t)), y_s, 0.1, 1.0),
+        0.6, 0.5, 0.5, **kw,
+    )[0].matrix  # fmt: skip
+    w = pi.sum(1) / pi.sum()
+
+    def fixed(p):  # the same loss written out with π and w as constants
+        m = nnx.merge(graphdef, p)
+        zs, zt = m.features(x_s), m.features(x_t)
+        logits_s, logp_t = m.classify(zs), jax.nn.log_softmax(m.classify(zt))
+        ce = -jnp.take_along_axis(jax.nn.log_softmax(logits_s), y_s[:, None], 1)[:, 0]
+        cost = ground_cost(zs, zt, logp_t, y_s, cfg.eta1, cfg.eta2)
+        ent = -jnp.mean(jnp.sum(jnp.exp(logp_t) * logp_t, 1))
+        return jnp.sum(w * ce) + cfg.eta3 * jnp.sum(pi * cost) + cfg.entropy * ent
+
+    np.testing.assert_allclose(aux["w"], w, atol=1e-6)
+    g_ours = jax.grad(lambda p: loss(p)[0])(params)
+    g_ref = jax.grad(fixed)(params)
+    for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_mass_schedule():
+    alpha = 0.8
+    values = [float(mass_schedule(t, alpha, 100)) for t in (0, 50, 100, 500)]
+    np.testing.assert_allclose(values, [0.01, 0.01 + 0.79 * 0.5, 0.8, 0.8], rtol=1e-6)
+    assert float(mass_schedule(0, alpha, 0)) == pytest.approx(alpha)
+    assert np.all(np.diff([float(mass_schedule(t, alpha, 100)) for t in range(0, 120, 7)]) >= 0)
+
+
+def test_methods_differ_only_in_their_knobs():
+    base = WarmpotConfig(alpha=0.7, beta=0.4)
+    k = {m: knobs_of(WarmpotConfig(method=m, alpha=0.7, beta=0.4))[0] for m in
+         ("warmpot", "source_only", "full_ot", "partial_uniform", "pada")}  # fmt: skip
+    assert float(k["source_only"].eta3) == 0 and float(k["warmpot"].eta3) == base.eta3
+    assert (float(k["full_ot"].alpha), float(k["full_ot"].beta)) == (1.0, 1.0)
+    assert float(k["partial_uniform"].alpha) == pytest.approx(0.7)
+    assert [int(np.argmax(k[m].mode)) for m in ("warmpot", "partial_uniform", "pada")] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "kw", [{"alpha": 1.5}, {"beta": 0.0}, {"method": "dann"}, {"steps": 10, "eval_every": 3}]
+)
+def test_bad_config_is_one_line(kw):
+    with pytest.raises(ConfigError) as err:
+        WarmpotConfig(**kw)
+    assert len(str(err.value).splitlines()) == 1
