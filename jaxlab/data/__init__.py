@@ -4,5 +4,7 @@
 Hugging Face datasets via ``corpus``) into language-model batches; ``images`` loads the shipped
 MNIST and Fashion-MNIST subsets and scikit-learn's 8×8 digits; ``batching`` is the checkpointable
 grain pipeline both use; ``shipped`` locates the files in ``assets/`` (sources and licences in
-``assets/PROVENANCE.md``). Submodules are imported on use, so importing this package is cheap.
+``assets/PROVENANCE.md``); ``digits_da`` builds the partial domain-adaptation tasks (sklearn
+digits, MNIST and Fashion-MNIST in the 8×8 optdigits format). Submodules are imported on use, so
+importing this package is cheap.
 """
