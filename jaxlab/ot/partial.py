@@ -147,7 +147,10 @@ class _Dykstra(NamedTuple):
 
 
 def _entropic(cost, a, b, mass, epsilon, tol, max_iter) -> PartialOTOutput:
+    # With the mass fixed, KL(π | cK) = KL(π | K) - m log c + const: scaling K changes nothing, so
+    # K is scaled to max 1 and never overflows (costs may be negative, ε small).
     log_k = -cost / epsilon
+    log_k = log_k - jnp.max(log_k)
     log_a, log_b, log_m = jnp.log(a), jnp.log(b), jnp.log(mass)
 
     def row_lse(row, col):

@@ -86,6 +86,18 @@ def test_epsilon_to_zero_approaches_the_exact_partial_cost(x64):
     assert gaps[2] < 1e-2 * exact
 
 
+def test_a_constant_shift_of_the_cost_changes_nothing_even_at_small_epsilon(x64):
+    # The mass is fixed, so M - c moves the objective by -c·mass and leaves the plan; exp(-M/ε)
+    # alone would overflow here (M - 5 with ε = 0.01 gives e^500).
+    cost = _problem(9, 8, 7)
+    a, b = np.full(9, 1 / (0.6 * 9)), np.full(8, 1 / 8)
+    kw = dict(mass=0.5, epsilon=0.01, tol=1e-10, max_iter=20_000)
+    out, shifted = partial_ot(a, b, cost, **kw), partial_ot(a, b, cost - 5.0, **kw)
+    assert bool(out.converged) and bool(shifted.converged)
+    np.testing.assert_allclose(shifted.matrix, out.matrix, atol=1e-12)
+    np.testing.assert_allclose(shifted.cost, out.cost - 5.0 * 0.5, rtol=1e-10)
+
+
 def test_jit_vmap_and_the_plan_is_a_constant_for_gradients(x64):
     cost = jnp.asarray(_problem(8, 7, 6))
     a, b = jnp.full(8, 1 / (0.8 * 8)), jnp.full(7, 1 / 7)

@@ -11,7 +11,7 @@ carried between steps in the scan.
 Why not the shared loop (:func:`jaxlab.core.loop.run_training`): an experiment here is dozens of
 short runs (methods × seeds × directions × an α/β grid) of a 20k-parameter MLP; the loop's per-run
 workdir, checkpoints and per-step host round trips would dominate, while the scan runs a whole chunk
-in one call. Nothing needs resuming mid-run: a run is seconds, and the experiment resumes per run.
+in one call. Nothing needs resuming mid-run: a run is short, and the experiment resumes per run.
 """
 
 from __future__ import annotations
