@@ -16,7 +16,7 @@ on ``grid_task`` shows the effect of the mass and of β (the paper: β near the 
 ``summary.json``'s ``headline`` holds the accuracies, shares and the grid; ``accuracy.png`` and
 ``grid.png`` plot them. A re-run on the same workdir reuses the finished runs (``runs/*.json``).
 
-Presets: ``default`` (3 tasks × 5 methods × 3 seeds + a 3×3 grid × 2 seeds, 1,000 steps),
+Presets: ``default`` (3 tasks × 6 methods × 3 seeds + a 3×3 grid × 2 seeds, 1,000 steps),
 ``smoke`` (one task, two methods, 40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7,
 η = (0.5, 7, 0.25), 5,000 iterations, batch 65; needs ``data=``: an .npz with ``xs, ys, xt, yt``).
 

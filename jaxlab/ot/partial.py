@@ -189,7 +189,8 @@ def _entropic(cost, a, b, mass, epsilon, tol, max_iter) -> PartialOTOutput:
 
 def _lp_host(cost, a, b, mass):
     """The augmented balanced problem solved exactly by HiGHS, on the host (numpy in, numpy out)."""
-    from scipy.optimize import linprog  # scipy is a main dependency; imported on use
+    from scipy import sparse  # scipy is a main dependency; imported on use
+    from scipy.optimize import linprog
 
     cost, a, b, mass = (np.asarray(x, np.float64) for x in (cost, a, b, mass))
     n, m = cost.shape
@@ -199,9 +200,9 @@ def _lp_host(cost, a, b, mass):
     a_ext = np.append(a, max(b.sum() - mass, 0.0))
     b_ext = np.append(b, max(a.sum() - mass, 0.0))
     # Balanced transportation polytope: row sums = a_ext, column sums = b_ext (one redundant row).
-    rows = np.kron(np.eye(n + 1), np.ones(m + 1))
-    cols = np.kron(np.ones(n + 1), np.eye(m + 1))
-    eq = np.concatenate([rows, cols[:-1]])
+    rows = sparse.kron(sparse.eye(n + 1), np.ones((1, m + 1)))
+    cols = sparse.kron(np.ones((1, n + 1)), sparse.eye(m + 1)).tocsr()[:-1]
+    eq = sparse.vstack([rows, cols]).tocsr()  # sparse: (n + m + 1) × (n + 1)(m + 1), 2 per column
     rhs = np.concatenate([a_ext, b_ext[:-1]])
     res = linprog(aug.ravel(), A_eq=eq, b_eq=rhs, bounds=(0, None), method="highs")
     ok = res.status == 0

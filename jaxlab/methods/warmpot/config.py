@@ -24,14 +24,17 @@ from jaxlab.core.config import check, check_choices
 
 __all__ = ["METHODS", "MethodName", "WarmpotConfig"]
 
-MethodName = Literal["warmpot", "source_only", "full_ot", "partial_uniform", "pada"]
-# method: (source weights, alignment on, masses forced to α = β = 1)
-METHODS: dict[str, tuple[str, bool, bool]] = {
-    "warmpot": ("plan", True, False),  # w = π1 (the paper's weights), partial alignment
-    "source_only": ("uniform", False, False),  # plain cross-entropy on the source
-    "full_ot": ("uniform", True, True),  # balanced OT alignment (α = β = 1), uniform weights
-    "partial_uniform": ("uniform", True, False),  # WARMPOT's partial alignment, uniform weights
-    "pada": ("class", True, False),  # PADA-style class weights: mean target softmax per class
+MethodName = Literal["warmpot", "source_only", "full_ot", "partial_uniform", "pada", "mpot"]
+# method: (source weights, alignment on, masses: "config" (α, β), "full" (1, 1), "beta1" (α, 1))
+METHODS: dict[str, tuple[str, bool, str]] = {
+    "warmpot": ("plan", True, "config"),  # w = π1 (the paper's weights), partial alignment
+    "source_only": ("uniform", False, "config"),  # plain cross-entropy on the source
+    "full_ot": ("uniform", True, "full"),  # balanced OT alignment (α = β = 1), uniform weights
+    "partial_uniform": ("uniform", True, "config"),  # WARMPOT's partial plan, uniform weights
+    "pada": ("class", True, "config"),  # PADA-style class weights: mean target softmax per class
+    # m-POT-style (Nguyen et al., ICML 2022): mini-batch partial OT of mass α between uniform
+    # measures (β = 1), uniform weights.
+    "mpot": ("uniform", True, "beta1"),
 }
 
 
@@ -90,4 +93,5 @@ class WarmpotConfig:
     @property
     def masses(self) -> tuple[float, float]:
         """``(α, β)`` the plan is computed with (1, 1 for full OT)."""
-        return (1.0, 1.0) if METHODS[self.method][2] else (self.alpha, self.beta)
+        kind = METHODS[self.method][2]
+        return {"full": (1.0, 1.0), "beta1": (self.alpha, 1.0)}.get(kind, (self.alpha, self.beta))

@@ -97,10 +97,11 @@ def test_mass_schedule():
 def test_methods_differ_only_in_their_knobs():
     base = WarmpotConfig(alpha=0.7, beta=0.4)
     k = {m: knobs_of(WarmpotConfig(method=m, alpha=0.7, beta=0.4))[0] for m in
-         ("warmpot", "source_only", "full_ot", "partial_uniform", "pada")}  # fmt: skip
+         ("warmpot", "source_only", "full_ot", "partial_uniform", "pada", "mpot")}  # fmt: skip
     assert float(k["source_only"].eta3) == 0 and float(k["warmpot"].eta3) == base.eta3
     assert (float(k["full_ot"].alpha), float(k["full_ot"].beta)) == (1.0, 1.0)
     assert float(k["partial_uniform"].alpha) == pytest.approx(0.7)
+    assert (float(k["mpot"].alpha), float(k["mpot"].beta)) == (pytest.approx(0.7), 1.0)
     assert [int(np.argmax(k[m].mode)) for m in ("warmpot", "partial_uniform", "pada")] == [0, 1, 2]
 
 
