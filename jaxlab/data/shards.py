@@ -5,9 +5,9 @@ A corpus directory written by :mod:`jaxlab.data.prepare` holds ``index.json`` an
 vocabulary fits, int32 otherwise; every document preceded by the tokenizer's BOS) with their
 document start offsets in ``....docs.npy``. The index records the tokenizer identity
 (:meth:`jaxlab.data.tokenizer.Tokenizer.identity`), the token, document and byte counts and a sha256
-per file. :class:`ShardCorpus` opens it, checks every file of a split against its size and
-checksum (once per process and file), and memory-maps the shards as one token stream per split in
-index order.
+per file. :class:`ShardCorpus` opens it, checks that every file of a split is there with its size,
+hashes its share of them (all of them in a single process; once per file and process), and
+memory-maps the shards as one token stream per split in index order.
 
 Rows are packed exactly like the byte corpus (:func:`jaxlab.data.text.pack_documents`): row ``r``
 is the stream's tokens ``[r*(T+1), (r+1)*(T+1))``, so documents run on across rows and shards;
@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import pathlib
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,6 +52,12 @@ INDEX = "index.json"
 SPLITS = ("train", "validation")
 _PREFIX = "shards:"
 _VERIFIED: set[tuple[str, int, int]] = set()  # (path, size, mtime_ns) already hashed here
+
+
+def _process() -> tuple[int, int]:
+    """``(process index, process count)`` of a JAX run; (0, 1) when JAX is not imported."""
+    jax = sys.modules.get("jax")
+    return (jax.process_index(), jax.process_count()) if jax is not None else (0, 1)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -189,7 +196,9 @@ class ShardCorpus:
         self.check_tokenizer(load_tokenizer(spec, self.index.get("bos", DEFAULT_BOS)).identity())
 
     def stream(self, split: str) -> TokenStream:
-        """The split's token stream, every shard checked against its size and sha256 first."""
+        """The split's token stream, its shards checked first: every file's presence and size,
+        and the sha256 of this process's share of them (shard i on process i mod P), so that a
+        pod's hosts together hash each file once instead of each host hashing the whole corpus."""
         if split not in self._streams:
             shards = self.split_info(split)["shards"]
             if not shards:
@@ -197,8 +206,10 @@ class ShardCorpus:
                     f"{self.directory} has no {split} documents; prepare it with a larger "
                     "--validation_fraction (or more documents)"
                 )
+            rank, count = _process()
+            mine = [dict(s, hash=i % count == rank) for i, s in enumerate(shards)]
             with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-                list(pool.map(self._check_shard, shards))
+                list(pool.map(self._check_shard, mine))
             self._streams[split] = TokenStream(
                 [np.load(self.directory / s["file"], mmap_mode="r") for s in shards]
             )
@@ -211,8 +222,10 @@ class ShardCorpus:
             if not path.is_file():
                 raise ConfigError(f"shard {path} listed in {INDEX} is missing; {again}")
             stat = path.stat()
+            if key == "file" and stat.st_size < shard["tokens"] * self.dtype.itemsize:
+                raise ConfigError(f"shard {path} is truncated; {again}")
             stamp = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-            if stamp in _VERIFIED:
+            if stamp in _VERIFIED or not shard["hash"]:
                 continue
             if file_sha256(path) != shard[sha_key]:
                 raise ConfigError(f"shard {path} is damaged (sha256 differs from {INDEX}); {again}")
