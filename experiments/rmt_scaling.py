@@ -399,7 +399,7 @@ def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
         curves,
         workdir / "loss_vs_flops.png",
         xlabel="training FLOPs",
-        ylabel="validation loss (nats/byte)",
+        ylabel=f"validation loss (nats/{'token' if cfg.data.startswith('shards:') else 'byte'})",
         logx=True,
         title=f"rmt_scaling: mean ± sd over {len(cfg.seeds)} seeds",
     )
