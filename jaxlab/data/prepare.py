@@ -201,7 +201,7 @@ class _SplitWriter:
         return index >= self.next_doc
 
     def add(self, index: int, ids: np.ndarray, nbytes: int) -> None:
-        ids = np.concatenate([[self.bos], ids])
+        ids = np.concatenate([[self.bos], ids]).astype(self.dtype)  # a shard's worth, compact
         offset = self.next_offset if index == self.next_doc else 0
         self.buffer.append([index, ids, offset, nbytes])
         self.buffered += len(ids) - offset
