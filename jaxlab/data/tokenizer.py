@@ -6,8 +6,9 @@ shard index records (:mod:`jaxlab.data.prepare`) and readers compare, so shards 
 a tokenizer they were not made with. :func:`load_tokenizer` takes a spec: ``"bytes"`` (today's
 byte-level scheme, BOS = byte 0, see :mod:`jaxlab.data.text`), a path to a ``tokenizer.json`` file,
 or a pretrained name on the Hugging Face hub such as ``"gpt2"`` (the RMT paper's tokenizer, V =
-50257, BOS = ``<|endoftext|>``; needs the network or the local HF cache, and is not exercised by the
-offline tests). BPE encoding treats special-token text inside a document as ordinary text
+50257, BOS = ``<|endoftext|>``; needs the network or the local HF cache, where
+``HF_HUB_OFFLINE=1`` skips the network retries; not exercised by the offline tests). BPE
+encoding treats special-token text inside a document as ordinary text
 (``encode_special_tokens``), so a document can never fake a document boundary.
 
 Training a byte-level BPE offline (the shipped KJV's training books by default)::
