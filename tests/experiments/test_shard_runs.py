@@ -107,6 +107,7 @@ def test_two_processes_from_shards_match_one_process(repo_root, data, uninterrup
     _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=1e-5)
 
 
+@pytest.mark.slow  # four small trainings and four AOT compiles: the longest case here
 def test_rmt_scaling_smoke_from_shards(repo_root, data, tmp_path, capsys):
     sys.path.insert(0, str(repo_root / "experiments"))
     import run  # experiments/run.py
