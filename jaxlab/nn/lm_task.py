@@ -127,11 +127,12 @@ class LMTask:
             what = (
                 f"{VOCAB_SIZE} byte values"
                 if self.corpus is None
-                else f"tokenizer {self.corpus.tokenizer['name']!r} of {self.corpus.directory}"
+                else f"{self.vocab_size}, tokenizer {self.corpus.tokenizer['name']!r} of "
+                f"{self.corpus.directory}"
             )
             raise ConfigError(
                 f"the model's output vocabulary ({vocab}) is smaller than the data's "
-                f"({self.vocab_size}, {what}); set model.vocab_size to at least {self.vocab_size}"
+                f"({what}); set model.vocab_size to at least {self.vocab_size}"
             )
 
     def loss(self, model, batch: Mapping[str, jax.Array], key=None):
