@@ -25,7 +25,7 @@ from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.lm_task import LMTask, fit_vocab
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,8 @@ class Config:
     d_keys: tuple[int, ...] = (4, 8, 16)
     seeds: tuple[int, ...] = (0, 1)
     model: RMTConfig = RMTConfig(seq_len=128, num_layers=2, rank=8, d_key=8, d_value=16, d_ff=512)
-    data: str = "kjv"
+    data: str = "kjv"  # kjv | text file or directory | hf:NAME | shards:DIR (jaxlab.data.prepare)
+    tokenizer: str = ""  # with shards: the tokenizer they must have been made with ("" = any)
     z_loss: float = 1e-4  # z-loss coefficient of the LM objective (not in the reported loss)
     train: TrainConfig = TrainConfig(
         steps=300,
@@ -81,12 +82,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     results = []
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, d_key in enumerate(cfg.d_keys):
-            model_cfg = dataclasses.replace(cfg.model, d_key=d_key)
+            model_cfg = fit_vocab(dataclasses.replace(cfg.model, d_key=d_key), cfg.data)
             task = LMTask(
                 build=lambda rngs, c=model_cfg: RMT(c, rngs=rngs),
                 seq_len=model_cfg.seq_len,
                 source=cfg.data,
                 z_loss=cfg.z_loss,
+                tokenizer=cfg.tokenizer or None,
             )
             losses = []
             for seed in cfg.seeds:

@@ -19,9 +19,21 @@ loss, as a fraction of the transformer's, and the FLOPs fraction, both from the 
 without the vocabulary terms (the paper's convention) and from XLA's cost analysis of the compiled
 train steps (everything a step executes: vocabulary, elementwise work, backward, optimizer). It
 fits a power law L = a*C^-b per architecture to the seed-mean final losses and times a training
-step of each model side by side (Table 4: the RMT 1.77x slower per step). ``--set preset=paper``
-runs the paper's four pairs (46M-305M RMT vs 49M-405M transformer, N = 512) on byte-level
-OpenWebText through Hugging Face ``datasets`` on accelerators (V = 256: no BPE tokenizer yet).
+step of each model side by side (Table 4: the RMT 1.77x slower per step). ``--set
+data=shards:DIR`` trains every pair on a corpus prepared with :mod:`jaxlab.data.prepare` (the
+models take the shards' vocabulary from their index).
+
+``--set preset=paper`` runs the paper's four pairs (46M-305M RMT vs 49M-405M transformer, N = 512)
+on OpenWebText with GPT-2's tokenizer (V = 50257), on accelerators. The pod sequence, with a
+directory every host can read::
+
+    pip install -e ".[tpu]" datasets    # or ".[gpu]"; datasets only where the corpus is prepared
+    python -m jaxlab.data.prepare --tokenizer=gpt2 --input=hf:Skylion007/openwebtext \
+        --output=data/openwebtext_gpt2 --workers=16
+    python experiments/run.py --exp=rmt_scaling --set preset=paper    # every host, JAXLAB_* set
+
+(the preset reads ``data=shards:data/openwebtext_gpt2``). Preparing needs the network once; the
+GPT-2 path is not exercised by the offline tests, which use a BPE trained on the shipped text.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embe
 from jaxlab.nn.init import InitName
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
-from jaxlab.nn.lm_task import LMTask, compile_lm_train_step
+from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
@@ -80,7 +92,8 @@ class Config:
     positions: PositionsName = "alibi"
     paper_pairs: bool = False  # use the paper's presets instead of widths/layers
     mup: bool = False  # µP learning rates for the RMTs (only), the smallest pair as the base model
-    data: str = "kjv"
+    data: str = "kjv"  # kjv | text file or directory | hf:NAME | shards:DIR (jaxlab.data.prepare)
+    tokenizer: str = ""  # with shards: the tokenizer they must have been made with ("" = any)
     time_rounds: int = 5  # interleaved timing rounds per pair (0 skips the step-time benchmark)
     train: TrainConfig = TrainConfig()
     mesh: MeshConfig = MeshConfig()
@@ -178,7 +191,8 @@ PRESETS = {
     "paper": lambda: Config(
         paper_pairs=True,
         seq_len=512,
-        data="hf:Skylion007/openwebtext",
+        data="shards:data/openwebtext_gpt2",
+        tokenizer="gpt2",
         train=TrainConfig(
             steps=20000,
             batch_size=256,
@@ -206,6 +220,7 @@ def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) 
         seq_len=model_cfg.seq_len,
         source=cfg.data,
         z_loss=cfg.z_loss,
+        tokenizer=cfg.tokenizer or None,
     )
     train = dataclasses.replace(cfg.train, seed=seed)
     run_training(
@@ -273,7 +288,8 @@ def _reach(tf_runs: list[dict], rmt_runs: list[dict], tf: dict, rmt: dict) -> di
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     sizes = []
     with MetricWriter(workdir, tensorboard=False) as writer:
-        for i, (tcfg, rcfg) in enumerate(cfg.pairs()):
+        pairs = [(fit_vocab(t, cfg.data), fit_vocab(r, cfg.data)) for t, r in cfg.pairs()]
+        for i, (tcfg, rcfg) in enumerate(pairs):
             width = tcfg.d_model
             entry = {
                 "width": width,
@@ -307,7 +323,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
 def _time_steps(tcfg: TransformerConfig, rcfg: RMTConfig, cfg: Config) -> dict:
     """Step times side by side; the RMT's grows with its residual Dk x Dv, so it is timed at the
     configured Dk and at Dk = Dv (the paper's 305M shape)."""
-    task = LMTask(build=lambda r: Transformer(tcfg, rngs=r), seq_len=tcfg.seq_len, source=cfg.data)
+    task = LMTask(
+        build=lambda r: Transformer(tcfg, rngs=r),
+        seq_len=tcfg.seq_len,
+        source=cfg.data,
+        tokenizer=cfg.tokenizer or None,
+    )
     batch = task.eval_batches(cfg.train.batch_size, 1)[0]
     d_keys = sorted({rcfg.d_key, rcfg.d_value})
     builders = {"transformer": lambda r: Transformer(tcfg, rngs=r)}
@@ -378,7 +399,7 @@ def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
         curves,
         workdir / "loss_vs_flops.png",
         xlabel="training FLOPs",
-        ylabel="validation loss (nats/byte)",
+        ylabel=f"validation loss (nats/{'token' if cfg.data.startswith('shards:') else 'byte'})",
         logx=True,
         title=f"rmt_scaling: mean ± sd over {len(cfg.seeds)} seeds",
     )

@@ -30,6 +30,7 @@ from jaxlab.core.errors import ConfigError
 
 __all__ = [
     "AxisRules",
+    "LocalBatch",
     "MeshConfig",
     "batch_sharding",
     "constrain",
@@ -169,20 +170,35 @@ def process_slice(global_batch_size: int) -> slice:
     return slice(jax.process_index() * per, (jax.process_index() + 1) * per)
 
 
+class LocalBatch(dict):
+    """A host batch that holds only this process's rows of the global batch.
+
+    The rows are those :func:`process_slice` names, in order; :func:`global_batch` assembles such a
+    batch as it is (the global batch has ``process_count`` times its rows) instead of slicing it.
+    Pipelines that read from disk (:mod:`jaxlab.data.shards`) yield it so that each host reads only
+    its part.
+    """
+
+
 def global_batch(
     batch: Mapping[str, np.ndarray], mesh: Mesh, rules: AxisRules
 ) -> dict[str, jax.Array]:
     """Builds global arrays from a host's full global batch by taking this process's rows.
 
     Every process runs the same deterministic pipeline and keeps only its slice, so a multi-process
-    run sees exactly the batches of a single-process run with the same seed.
+    run sees exactly the batches of a single-process run with the same seed. A
+    :class:`LocalBatch` already is this process's slice and is used as it is.
     """
     out = {}
+    local_only = isinstance(batch, LocalBatch)
     for key, value in batch.items():
         value = np.asarray(value)
-        local = value[process_slice(value.shape[0])]
+        if local_only:
+            local, shape = value, (value.shape[0] * jax.process_count(), *value.shape[1:])
+        else:
+            local, shape = value[process_slice(value.shape[0])], value.shape
         sharding = batch_sharding(mesh, rules, value.ndim)
-        out[key] = jax.make_array_from_process_local_data(sharding, local, value.shape)
+        out[key] = jax.make_array_from_process_local_data(sharding, local, shape)
     return out
 
 

@@ -1,13 +1,19 @@
-"""Language modelling as a :class:`jaxlab.core.loop.Task`: packed byte-level text and its loss.
+"""Language modelling as a :class:`jaxlab.core.loop.Task`: packed text and its loss.
 
-The loss is the mean next-token cross-entropy in float32 (nats) plus an optional z-loss
-``coef * mean(logsumexp(logits)^2)`` (PaLM, Chowdhery et al. 2022, Sec. 5), which is part of the
-objective but not of the reported ``loss``. For byte-level data, ``bits_per_byte`` is the loss
-divided by ln 2. Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
+The data is byte-level text (:mod:`jaxlab.data.text`: the shipped KJV, user files, ``hf:``) or a
+corpus prepared into token shards (``source="shards:DIR"``, :mod:`jaxlab.data.shards`), packed the
+same way into rows with segment ids and positions. The loss is the mean next-token cross-entropy
+in float32 (nats) plus an optional z-loss ``coef * mean(logsumexp(logits)^2)`` (PaLM, Chowdhery et
+al. 2022, Sec. 5), which is part of the objective but not of the reported ``loss``. For byte-level
+data, ``bits_per_byte`` is the loss divided by ln 2. For other tokenizers the metrics add
+``bits_per_token`` (loss / ln 2) and ``bits_per_byte`` becomes bits per token divided by the
+corpus's document bytes per token (from the shard index: a corpus average, not the exact bytes of
+each batch). Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
 baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. The z-loss
 coefficient belongs to the task (and so to each experiment's config), not to a model's config.
 When the model is first built its output vocabulary is checked against the data's (256 byte
-values): a smaller one would index past the logits and is a one-line ConfigError.
+values, or the shard index's vocabulary): a smaller one would index past the logits and is a
+one-line ConfigError; :func:`fit_vocab` gives a model config the shards' vocabulary.
 :func:`compile_lm_train_step` compiles an LM's train step for a mesh ahead of time.
 """
 
@@ -31,9 +37,16 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import AxisRules, MeshConfig, make_mesh
 from jaxlab.core.optim import make_optimizer
 from jaxlab.data.corpus import load_documents
-from jaxlab.data.text import VOCAB_SIZE, eval_batches, pack_documents, text_dataset
+from jaxlab.data.shards import ShardCorpus, shards_dir
+from jaxlab.data.text import (
+    VOCAB_SIZE,
+    eval_batches,
+    pack_documents,
+    text_dataset,
+    unigram_entropy_bits,
+)
 
-__all__ = ["LMTask", "compile_lm_train_step", "cross_entropy"]
+__all__ = ["LMTask", "compile_lm_train_step", "cross_entropy", "fit_vocab"]
 
 
 def cross_entropy(
@@ -49,26 +62,51 @@ def cross_entropy(
 
 @dataclasses.dataclass
 class LMTask:
-    """Next-byte prediction on a packed corpus.
+    """Next-token prediction on a packed corpus.
 
     Args:
       build: ``rngs -> model``; the model is called as ``model(tokens, segment_ids=, positions=)``.
       seq_len: training row length T.
-      source: corpus for :func:`jaxlab.data.corpus.load_documents` (``"kjv"``, a path, ``hf:...``).
+      source: corpus for :func:`jaxlab.data.corpus.load_documents` (``"kjv"``, a path, ``hf:...``,
+        all byte-level), or ``"shards:DIR"`` for a corpus from :mod:`jaxlab.data.prepare`.
       z_loss: z-loss coefficient (0 disables it).
+      tokenizer: for shards, the tokenizer they must have been made with (a spec for
+        :func:`jaxlab.data.tokenizer.load_tokenizer`; ``None`` accepts the shards' own).
+
+    Attributes (after construction): ``vocab_size`` (the data's), ``corpus`` (the
+    :class:`~jaxlab.data.shards.ShardCorpus`, or None for byte-level sources), and for byte-level
+    sources ``train_docs``/``val_docs``/``train_rows``/``val_rows`` as before.
     """
 
     build: Callable[[nnx.Rngs], nnx.Module]
     seq_len: int
     source: str = "kjv"
     z_loss: float = 0.0
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
-        self.train_docs = load_documents(self.source, "train")
-        self.val_docs = load_documents(self.source, "validation")
-        self.train_rows = pack_documents(self.train_docs, self.seq_len)
-        self.val_rows = pack_documents(self.val_docs, self.seq_len)
+        directory = shards_dir(self.source)
+        self.corpus = None if directory is None else ShardCorpus(directory)
+        if self.corpus is None:
+            check(self.tokenizer in (None, "", "bytes"), "tokenizer= needs source='shards:DIR'")
+            self.vocab_size = VOCAB_SIZE
+            self.train_docs = load_documents(self.source, "train")
+            self.val_docs = load_documents(self.source, "validation")
+            self.train_rows = pack_documents(self.train_docs, self.seq_len)
+            self.val_rows = pack_documents(self.val_docs, self.seq_len)
+            return
+        if self.tokenizer:
+            self.corpus.check_tokenizer_spec(self.tokenizer)
+        self.vocab_size = self.corpus.vocab_size
+        for split in ("train", "validation"):  # checksums now, before anything compiles
+            if self.corpus.num_rows(split, self.seq_len) < 1:
+                raise ConfigError(
+                    f"the {split} split of {self.corpus.directory} is shorter than one row of "
+                    f"{self.seq_len + 1} tokens; use a shorter seq_len or more text"
+                )
+        self._bytes_per_token = self.corpus.bytes_per_token()
+        self._byte_level = self.corpus.tokenizer["kind"] == "bytes"
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         model = self.build(rngs)
@@ -85,10 +123,16 @@ class LMTask:
             return m(tokens, segment_ids=jnp.ones_like(tokens), positions=tokens)
 
         vocab = nnx.eval_shape(forward, model).shape[-1]
-        if vocab < VOCAB_SIZE:
+        if vocab < self.vocab_size:
+            what = (
+                f"{VOCAB_SIZE} byte values"
+                if self.corpus is None
+                else f"{self.vocab_size}, tokenizer {self.corpus.tokenizer['name']!r} of "
+                f"{self.corpus.directory}"
+            )
             raise ConfigError(
                 f"the model's output vocabulary ({vocab}) is smaller than the data's "
-                f"({VOCAB_SIZE} byte values); set model.vocab_size to at least {VOCAB_SIZE}"
+                f"({what}); set model.vocab_size to at least {self.vocab_size}"
             )
 
     def loss(self, model, batch: Mapping[str, jax.Array], key=None):
@@ -99,12 +143,36 @@ class LMTask:
             batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"]
         )
         ce, z = cross_entropy(logits_BTV, batch["targets"], self.z_loss)
-        return ce + z, {"loss": ce, "bits_per_byte": ce / math.log(2), "z_loss": z}
+        if self.corpus is None or self._byte_level:
+            return ce + z, {"loss": ce, "bits_per_byte": ce / math.log(2), "z_loss": z}
+        bits = ce / math.log(2)
+        metrics = {"bits_per_token": bits, "bits_per_byte": bits / self._bytes_per_token}
+        return ce + z, {"loss": ce, **metrics, "z_loss": z}
+
+    @property
+    def bits_metric(self) -> str:
+        """The metric a model's bits are compared under: per byte for byte-level data (where the
+        two are the same), per token otherwise."""
+        byte_level = self.corpus is None or self._byte_level
+        return "bits_per_byte" if byte_level else "bits_per_token"
+
+    def unigram_entropy_bits(self) -> float:
+        """The validation text's unigram entropy in bits per token (per byte for byte data)."""
+        if self.corpus is None:
+            return unigram_entropy_bits(self.val_docs)
+        return self.corpus.unigram_entropy_bits("validation")
 
     def train_iterator(self, batch_size: int, seed: int):
+        if self.corpus is not None:
+            return iter(self.corpus.dataset(self.seq_len, batch_size=batch_size, seed=seed))
         return iter(text_dataset(self.train_rows, batch_size=batch_size, seed=seed))
 
     def eval_batches(self, batch_size: int, num_batches: int) -> list[dict[str, np.ndarray]]:
+        if self.corpus is not None:
+            available = self.corpus.num_rows("validation", self.seq_len) // batch_size
+            return self.corpus.eval_batches(
+                self.seq_len, batch_size=batch_size, num_batches=min(num_batches, max(available, 1))
+            )
         available = len(self.val_rows["tokens"]) // batch_size
         return eval_batches(
             self.val_rows, batch_size=batch_size, num_batches=min(num_batches, max(available, 1))
@@ -112,6 +180,29 @@ class LMTask:
 
     def units_per_example(self) -> tuple[int, str]:
         return self.seq_len, "tokens"
+
+
+def fit_vocab(model_cfg: Any, source: str) -> Any:
+    """``model_cfg`` with the vocabulary of ``source`` when that is a shard corpus.
+
+    A model config left at the byte vocabulary (256) takes the shards' vocabulary from their index;
+    a larger one is kept (a vocabulary padded for speed, e.g. GPT-2's 50257 to 50304); a smaller
+    one is a one-line ConfigError. Byte-level sources return ``model_cfg`` unchanged.
+    """
+    directory = shards_dir(source)
+    if directory is None:
+        return model_cfg
+    corpus = ShardCorpus(directory)
+    have, want = model_cfg.vocab_size, corpus.vocab_size
+    if have == VOCAB_SIZE and want != VOCAB_SIZE:
+        return dataclasses.replace(model_cfg, vocab_size=want)
+    if have < want:
+        raise ConfigError(
+            f"model.vocab_size={have} is smaller than the vocabulary of {directory} ({want}, "
+            f"tokenizer {corpus.tokenizer['name']!r}); set model.vocab_size={want} (or leave it "
+            f"at {VOCAB_SIZE} to take it from the shards)"
+        )
+    return model_cfg
 
 
 def compile_lm_train_step(

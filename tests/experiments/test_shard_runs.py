@@ -1,0 +1,127 @@
+"""Language-model experiments trained from BPE shards, through ``experiments/run.py``.
+
+The shipped KJV is prepared with a BPE trained on a slice of it (:mod:`jaxlab.testing.corpus`),
+then: ``lm_baseline --smoke`` from the shards as a subprocess (the uninterrupted reference), the
+same command SIGKILLed after its first checkpoint and re-run (identical metrics), two
+``jax.distributed`` processes (equal to one process; each reads only its rows from disk), and
+``rmt_scaling --smoke`` from the shards. The helpers and the recipe are those of
+``tests/core/test_processes.py``.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxlab.core.metrics import read_metrics
+from jaxlab.testing.corpus import kjv_bpe_corpus
+from tests.core.test_processes import _assert_rows_close, _command, _env, _free_port, _rows
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tokenizer, shards = kjv_bpe_corpus(tmp_path_factory.getbasetemp() / "kjv_bpe")
+    return [f"--set=data=shards:{shards}", f"--set=tokenizer={tokenizer}"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(repo_root, data, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("shards_uninterrupted")
+    done = subprocess.run(
+        _command(workdir, *data),
+        cwd=repo_root,
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "val_bits_per_token" in done.stdout  # the BPE headline, not the byte one
+    return workdir
+
+
+def test_lm_baseline_learns_from_bpe_shards(uninterrupted):
+    rows = read_metrics(uninterrupted)
+    first, last = rows[0], rows[-1]
+    assert {"bits_per_token", "bits_per_byte", "eval_bits_per_token"} <= last.keys()
+    assert last["eval_loss"] < first["loss"]
+    # Bits per byte are bits per token over the corpus's bytes per token (about 3 for this BPE).
+    assert 2 < last["eval_bits_per_token"] / last["eval_bits_per_byte"] < 4
+
+
+def test_sigkill_then_rerun_from_shards_ends_with_same_metrics(
+    repo_root, data, uninterrupted, tmp_path
+):
+    proc = subprocess.Popen(
+        _command(tmp_path, *data),
+        cwd=repo_root,
+        env=_env(8),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if len(read_metrics(tmp_path)) >= 3 and (tmp_path / "checkpoints" / "10").exists():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 10 <= max(r["step"] for r in read_metrics(tmp_path)) < 30
+    done = subprocess.run(
+        _command(tmp_path, *data),
+        cwd=repo_root,
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from step" in done.stdout
+    _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=0)
+
+
+def test_two_processes_from_shards_match_one_process(repo_root, data, uninterrupted, tmp_path):
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            _command(tmp_path, *data),
+            cwd=repo_root,
+            env=_env(
+                4,
+                JAXLAB_NUM_PROCESSES="2",
+                JAXLAB_COORDINATOR=f"127.0.0.1:{port}",
+                JAXLAB_PROCESS_ID=str(i),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-2000:]
+    _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=1e-5)
+
+
+@pytest.mark.slow  # four small trainings and four AOT compiles: the longest case here
+def test_rmt_scaling_smoke_from_shards(repo_root, data, tmp_path, capsys):
+    sys.path.insert(0, str(repo_root / "experiments"))
+    import run  # experiments/run.py
+
+    args = [
+        "--exp=rmt_scaling",
+        "--smoke",
+        "--workdir",
+        str(tmp_path),
+        "--set=seeds=0",
+        "--set=time_rounds=0",
+        *data,
+    ]
+    assert run.main(args) == 0
+    assert "tokens fraction" in capsys.readouterr().out
+    rows = [r for r in read_metrics(tmp_path / "rmt_D32_seed0") if "eval_bits_per_token" in r]
+    assert rows and rows[-1]["eval_loss"] > 0
