@@ -84,5 +84,8 @@ class RMTConfig(LMConfig):
         """Entries of one token's residual stream, Dk * Dv."""
         return self.d_key * self.d_value
 
+    def attention_shape(self) -> tuple[int, int, int]:
+        return self.d_value, self.rank, self.rank
+
     def linear_shapes(self) -> tuple[tuple[int, int], ...]:
         return ((self.width, self.d_ff), (self.d_ff, self.width))
