@@ -13,8 +13,9 @@ points (:mod:`jaxlab.methods.structured_attention.icl_task`). Four models at eac
 identical but for the scoring function: 8-head MHA (head dim ``D/8 < d``), 1-head MHA, bilinear
 BTT (TT rank 1) and bilinear MLR (ranks scaled with ``D``). Every run gets the same recipe (steps,
 batch, learning rate, schedule, seeds: a seed fixes the init and the prompt stream). Training FLOPs
-are the analytic count of each model's forward pass times 3. ``--set preset=paper`` gives the
-paper's scale (d = 20... larger widths, 6 layers, long training) for accelerators.
+are the analytic count of each model's forward pass times 3. The default (d = 4, widths 16 and 32,
+2,000 steps) is sized for a CPU; ``--set preset=paper`` gives a paper-like scale (d = 20, widths
+64-512, 6 layers, 100k steps) for accelerators.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ MODELS = {"mha8": ("mha", 8), "mha1": ("mha", 1), "btt": ("btt", 1), "mlr": ("ml
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    dim: int = 8  # d; prompts hold 2d points
-    widths: tuple[int, ...] = (32, 48)
+    dim: int = 4  # d; prompts hold 2d points
+    widths: tuple[int, ...] = (16, 32)
     models: tuple[str, ...] = tuple(MODELS)
     num_layers: int = 2
     mlr_ranks: tuple[int, ...] = (2, 1, 1)  # at width 16; scaled by D / 16
@@ -76,18 +77,18 @@ _TRAIN = dict(weight_decay=0.0, warmup_steps=50, grad_clip=1.0, keep_checkpoints
 PRESETS = {
     "default": lambda: Config(
         train=TrainConfig(
-            steps=600,
+            steps=2000,
             batch_size=64,
-            learning_rate=1e-3,
-            checkpoint_every=600,
-            eval_every=100,
-            eval_batches=4,
-            log_every=100,
+            learning_rate=2e-3,
+            checkpoint_every=2000,
+            eval_every=250,
+            eval_batches=8,
+            log_every=250,
             **_TRAIN,
-        )  # fmt: skip
+        )
     ),
     "smoke": lambda: Config(
-        dim=4,
+        dim=2,
         widths=(16,),
         seeds=(0,),
         num_layers=1,

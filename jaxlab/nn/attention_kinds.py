@@ -174,10 +174,12 @@ def attend(
     window: int = 0,
     ranks: Sequence[int] = (),
     normalize: str = "block_levels",
+    seq_len: int | None = None,
 ) -> Float[Array, "B T H D"]:
     """Causal self-attention of the given kind (see the module docstring); ``scale`` is the
     model's ``mha`` logit scale, ``impl`` the :class:`~jaxlab.nn.attention.AttentionImpl` of
-    ``mha``."""
+    ``mha``, ``seq_len`` the model's context length, on which the MLR levels are laid (inputs of
+    other lengths keep the blocks of a full row)."""
     masks = dict(segment_ids=segment_ids, alibi_slopes=alibi_slopes)
     if kind == AttentionKind.MHA:
         return dot_product_attention(q, k, v, causal=True, scale=scale, impl=impl, **masks)
@@ -188,5 +190,7 @@ def attend(
         return global_sliding_window_attention(q, k, v, window=window, logit_factor=factor, **masks)
     if kind == AttentionKind.MLR:
         norm = None if normalize == "none" else normalize
-        return mlr_attention(q, k, v, ranks=ranks, normalize=norm, logit_scale=factor, **masks)
+        return mlr_attention(
+            q, k, v, ranks=ranks, normalize=norm, logit_scale=factor, block_len=seq_len, **masks
+        )
     raise ConfigError(f"unknown attention kind {kind!r}; choose one of {list(AttentionKind)}")

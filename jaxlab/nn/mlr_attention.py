@@ -154,16 +154,17 @@ def _region_masks(q_pos, k_pos, seg_q, seg_k, slopes, causal):
     return keep, bias
 
 
-def _blockwise(q_regions, k, v, segment_ids, slopes, causal):
+def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods: int = 1):
     """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
     pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
-    docstring. Returns ``(B, T, H, Dv)``."""
+    docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
+    scored). Returns ``(B, T, H, Dv)``."""
     B, T, H, _ = k.shape
     L = len(q_regions)
     pos = jnp.arange(T)[None]
     merged = []  # (m, z, o) over the whole sequence, one per region
     for c, q_c in enumerate(q_regions):
-        last, n, w = c == L - 1, 2**c, q_c.shape[-1]
+        last, n, w = c == L - 1, periods * 2**c, q_c.shape[-1]
         pick_q = functools.partial(_pick, n=n, last=last, causal=causal, side="q")
         pick_k = functools.partial(_pick, n=n, last=last, causal=causal, side="k")
         q_pos, k_pos = pick_q(pos)[0], pick_k(pos)[0]
@@ -206,6 +207,7 @@ def mlr_attention(
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     logit_scale: float = 1.0,
+    block_len: int | None = None,
 ) -> Float[Array, "B T H Dv"]:
     """MLR attention (Kuang et al. 2025, Sec. 4), blockwise (see the module docstring).
 
@@ -219,14 +221,34 @@ def mlr_attention(
       segment_ids: keep only pairs in the same document (packed rows).
       alibi_slopes: ALiBi slopes per head, added after the MLR logits (Press et al. 2022).
       logit_scale: extra multiplier of every MLR logit (e.g. an RMT's 1/(layer + 1)).
+      block_len: length of the level-0 block, the context the levels are laid on (default T;
+        a model passes its training ``seq_len``). Causal inputs of another length are padded at
+        the end to a multiple of it (causal queries never see the padding): a shorter prompt
+        gets the blocks it would have inside a full row, and past ``block_len`` the level-0
+        blocks repeat (pairs in different ones are not scored).
 
     Raises:
-      ConfigError: ranks that do not fit D or T, or shapes that do not match.
+      ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
+        length, or shapes that do not match.
     """
     _check_qkv(q, k, v, segment_ids, alibi_slopes)
-    check_mlr(ranks, q.shape[-1], q.shape[1], normalize)
+    B, T = q.shape[:2]
+    block_len = T if block_len is None else int(block_len)
+    check_mlr(ranks, q.shape[-1], block_len, normalize)
+    periods = -(-T // block_len)
+    pad = periods * block_len - T
+    if pad and not causal:
+        raise ConfigError(
+            f"mlr_attention: non-causal input of length {T} needs a multiple of block_len="
+            f"{block_len}"
+        )
+    if pad:
+        grow = lambda x: jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
+        q, k, v = grow(q), grow(k), grow(v)
+        segment_ids = None if segment_ids is None else grow(segment_ids)
     q_regions = mlr_region_queries(q, tuple(ranks), normalize, logit_scale)
-    return _blockwise(q_regions, k, v, segment_ids, alibi_slopes, causal)
+    out = _blockwise(q_regions, k, v, segment_ids, alibi_slopes, causal, periods)
+    return out[:, :T]
 
 
 def blockwise_full_attention(

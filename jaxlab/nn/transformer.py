@@ -108,6 +108,7 @@ class Attention(nnx.Module):
         self.slopes = alibi_slopes(h, cfg.alibi) if cfg.positions == "alibi" else None
         self.kind, self.window = cfg.attention, cfg.attention_window
         self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
+        self.seq_len = cfg.seq_len
 
     def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
         B, T, _ = x_BTD.shape
@@ -126,6 +127,7 @@ class Attention(nnx.Module):
             window=self.window,
             ranks=self.ranks,
             normalize=self.normalize,
+            seq_len=self.seq_len,
         )
         return self.out(o_BTHD.reshape(B, T, -1))
 

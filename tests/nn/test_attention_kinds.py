@@ -69,17 +69,26 @@ KINDS = {
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_every_kind_runs_in_the_transformer_and_the_rmt(kind):
-    tokens = jax.random.randint(jax.random.key(0), (2, 16), 0, 32)
-    cfg = TransformerConfig(**TINY, attention=kind, **KINDS[kind])
-    logits = Transformer(cfg, rngs=nnx.Rngs(0))(tokens)
-    assert logits.shape == (2, 16, 32) and bool(jnp.isfinite(logits).all())
+def test_every_kind_in_the_transformer_and_the_rmt_is_causal_and_document_masked(kind):
+    tokens = jax.random.randint(jax.random.key(0), (1, 16), 1, 32)
+    seg = jnp.array([[1] * 7 + [2] * 9])
     rcfg = RMTConfig(
         vocab_size=32, seq_len=16, num_layers=2, rank=2, d_key=8, d_value=8, d_ff=32,
         attention=kind, **KINDS[kind],
     )  # fmt: skip
-    rlogits = RMT(rcfg, rngs=nnx.Rngs(0))(tokens)
-    assert rlogits.shape == (2, 16, 32) and bool(jnp.isfinite(rlogits).all())
+    models = (
+        Transformer(TransformerConfig(**TINY, attention=kind, **KINDS[kind]), rngs=nnx.Rngs(0)),
+        RMT(rcfg, rngs=nnx.Rngs(0)),
+    )
+    for model in models:
+        forward = jax.jit(lambda t, s, m=model: m(t, segment_ids=s))
+        logits = forward(tokens, seg)
+        assert logits.shape == (1, 16, 32) and bool(jnp.isfinite(logits).all())
+        late = forward(tokens.at[0, 12:].set(5), seg)  # the future leaves the past alone
+        np.testing.assert_allclose(late[0, :12], logits[0, :12], atol=1e-5)
+        assert not np.allclose(late[0, 12:], logits[0, 12:])
+        other = forward(tokens.at[0, :7].set(3), seg)  # the first document leaves the second
+        np.testing.assert_allclose(other[0, 7:], logits[0, 7:], atol=1e-5)
 
 
 def test_default_kind_is_mha_and_leaves_the_model_unchanged():

@@ -173,3 +173,20 @@ def test_bad_normalize_raises():
     q, k, v = _qkv(6)
     with pytest.raises(ConfigError, match="normalize"):
         mlr_attention(q, k, v, ranks=RANKS, normalize="rows")
+
+
+def test_shorter_inputs_keep_the_blocks_of_a_full_row():
+    """A causal prefix (any length) sees exactly what it sees inside the full row; past
+    ``block_len`` the level-0 blocks repeat."""
+    q, k, v = _qkv(7)
+    full = mlr_attention(q, k, v, ranks=RANKS, normalize="block_levels")
+    for t in (1, 5, 11):
+        part = mlr_attention(
+            q[:, :t], k[:, :t], v[:, :t], ranks=RANKS, normalize="block_levels", block_len=16
+        )
+        np.testing.assert_allclose(part, full[:, :t], atol=2e-6)
+    twice = [jnp.concatenate([a, a], axis=1) for a in (q, k, v)]
+    rep = mlr_attention(*twice, ranks=RANKS, normalize="block_levels", block_len=16)
+    np.testing.assert_allclose(rep[:, 16:], full, atol=2e-6)
+    with pytest.raises(ConfigError, match="non-causal"):
+        mlr_attention(q[:, :5], k[:, :5], v[:, :5], ranks=RANKS, causal=False, block_len=16)

@@ -200,6 +200,7 @@ class RMTAttention(nnx.Module):
         self.impl = cfg.attention_impl
         self.kind, self.window = cfg.attention, cfg.attention_window
         self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
+        self.seq_len = cfg.seq_len
 
     def __call__(self, x_BTVK, segment_ids):
         C, K, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
@@ -217,6 +218,7 @@ class RMTAttention(nnx.Module):
             window=self.window,
             ranks=self.ranks,
             normalize=self.normalize,
+            seq_len=self.seq_len,
         )
         return store(o_BTRV, self.write[...])
 

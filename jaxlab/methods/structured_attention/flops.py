@@ -47,4 +47,4 @@ def attention_mix_flops(
         qk = 2 * sum(r * ((count > lv) & causal).sum() for lv, r in enumerate(ranks)) / T
     else:
         raise ValueError(f"unknown attention kind {kind!r}")
-    return H * (qk + 2 * full * D)
+    return float(H * (qk + 2 * full * D))
