@@ -45,7 +45,7 @@ MODELS = ("mha", "swa", "gswa", "mlr", "rmt_mha", "rmt_mlr")
 class Config:
     models: tuple[str, ...] = MODELS
     seq_len: int = 128
-    d_model: int = 128
+    d_model: int = 64
     head_dim: int = 32
     num_layers: int = 2
     window: int = 32  # swa / gswa: earlier positions a query sees
@@ -86,14 +86,14 @@ _TRAIN = dict(batch_size=16, learning_rate=3e-3, keep_checkpoints=1)
 PRESETS = {
     "default": lambda: Config(
         train=TrainConfig(
-            steps=240,
-            warmup_steps=24,
-            checkpoint_every=240,
+            steps=200,
+            warmup_steps=20,
+            checkpoint_every=200,
             eval_every=40,
             eval_batches=8,
             log_every=40,
-            **_TRAIN,
-        )  # fmt: skip
+            **{**_TRAIN, "batch_size": 8},
+        )
     ),
     "smoke": lambda: Config(
         seq_len=32,

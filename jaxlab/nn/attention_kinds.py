@@ -178,8 +178,8 @@ def attend(
 ) -> Float[Array, "B T H D"]:
     """Causal self-attention of the given kind (see the module docstring); ``scale`` is the
     model's ``mha`` logit scale, ``impl`` the :class:`~jaxlab.nn.attention.AttentionImpl` of
-    ``mha``, ``seq_len`` the model's context length, on which the MLR levels are laid (inputs of
-    other lengths keep the blocks of a full row)."""
+    ``mha`` (the other kinds run their XLA forms), ``seq_len`` the model's context length, on
+    which the MLR levels are laid (inputs of other lengths keep the blocks of a full row)."""
     masks = dict(segment_ids=segment_ids, alibi_slopes=alibi_slopes)
     if kind == AttentionKind.MHA:
         return dot_product_attention(q, k, v, causal=True, scale=scale, impl=impl, **masks)

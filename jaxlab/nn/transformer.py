@@ -91,7 +91,8 @@ class TransformerConfig(LMConfig):
 
 class Attention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections,
-    each built by the config's linear factory."""
+    each built by the config's linear factory; ``cfg.attention`` picks the attention kind
+    (:mod:`jaxlab.nn.attention_kinds`: ``mha``, the default, or ``swa``, ``gswa``, ``mlr``)."""
 
     def __init__(self, cfg: TransformerConfig, layer: int, *, rngs: nnx.Rngs):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.head_dim
