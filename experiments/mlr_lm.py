@@ -111,7 +111,7 @@ PRESETS = {
             eval_every=2,
             eval_batches=1,
             log_every=2,
-            **{**_TRAIN, "batch_size": 4},
+            **{**_TRAIN, "batch_size": 8},
         ),
     ),  # fmt: skip
     "paper": lambda: Config(

@@ -4,6 +4,8 @@ The numpy oracle decides, pair by pair, which levels cover it (same block of len
 sums those levels' scaled dot products, written without the jnp code's reshapes or masks.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,18 +94,17 @@ def test_blockwise_and_dense_match_numpy(normalize, causal):
     q, k, v = _qkv(0)
     want = numpy_attention_from_logits(numpy_mlr_logits(q, k, RANKS, normalize), v, causal)
     kw = dict(ranks=RANKS, causal=causal, normalize=normalize)
-    np.testing.assert_allclose(mlr_attention(q, k, v, **kw), want, atol=2e-5, rtol=2e-5)
-    np.testing.assert_allclose(mlr_attention_reference(q, k, v, **kw), want, atol=2e-5, rtol=2e-5)
+    for fn in (mlr_attention, mlr_attention_reference):
+        got = jax.jit(functools.partial(fn, **kw))(q, k, v)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
 def test_segments_alibi_and_logit_scale_match_numpy():
     q, k, v = _qkv(1)
     seg = jnp.array([[1] * 5 + [2] * 11, [3] * 16])
     slopes = alibi_slopes(2)
-    got = mlr_attention(
-        q, k, v, ranks=RANKS, normalize="block_levels", segment_ids=seg, alibi_slopes=slopes,
-        logit_scale=0.5,
-    )  # fmt: skip
+    fn = functools.partial(mlr_attention, ranks=RANKS, normalize="block_levels", logit_scale=0.5)
+    got = jax.jit(fn)(q, k, v, segment_ids=seg, alibi_slopes=slopes)
     s = numpy_mlr_logits(q, k, RANKS, "block_levels") * 0.5
     np.testing.assert_allclose(got, numpy_attention_from_logits(s, v, True, seg, slopes), atol=2e-5)
 
@@ -131,7 +132,7 @@ def test_halves_interact_only_through_level_zero():
     def out_last(k_):
         return mlr_attention(q, k_, v, ranks=ranks, normalize="block_levels")[0, -1].sum()
 
-    dk = jax.grad(out_last)(k)[0, :, 0].reshape(8, 4, 2)  # (key, level, channel)
+    dk = jax.jit(jax.grad(out_last))(k)[0, :, 0].reshape(8, 4, 2)  # (key, level, channel)
     for j in range(8):
         for level in range(4):
             block = 8 >> level
@@ -153,8 +154,8 @@ def test_gradients_match_the_dense_reference(normalize):
             w * fn(q_, k_, v_, ranks=RANKS, normalize=normalize, segment_ids=seg)
         )
 
-    got = jax.grad(loss(mlr_attention), argnums=(0, 1, 2))(q, k, v)
-    want = jax.grad(loss(mlr_attention_reference), argnums=(0, 1, 2))(q, k, v)
+    got = jax.jit(jax.grad(loss(mlr_attention), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.grad(loss(mlr_attention_reference), argnums=(0, 1, 2)))(q, k, v)
     for g, r in zip(got, want, strict=True):
         np.testing.assert_allclose(g, r, atol=2e-5, rtol=2e-5)
 
