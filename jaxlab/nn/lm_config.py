@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 from jaxlab.core.config import check, check_choices
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.attention import AttentionImpl
+from jaxlab.nn.attention_kinds import AttentionKindName, MLRNormalizeName, check_attention_kind
 from jaxlab.nn.init import InitName
 from jaxlab.nn.linear import LinearName, LinearSpec, MatmulImplName
 
@@ -53,6 +54,11 @@ class LMConfig:
         attention projections where the model has them; :class:`jaxlab.nn.linear.LinearKind`).
       linear_rank, linear_btt_rank, linear_mlr_ranks: options of ``low_rank``, ``btt``, ``mlr``.
       dtype, param_dtype: compute and parameter dtypes.
+      attention: the attention kind (:class:`jaxlab.nn.attention_kinds.AttentionKind`): ``mha``
+        (default), ``swa``, ``gswa`` or ``mlr``; checked against :meth:`attention_shape`.
+      attention_window: ``swa``/``gswa``: earlier positions a query sees besides itself.
+      attention_ranks, attention_normalize: ``mlr``'s rank per level (level 0 first, summing to
+        the head dim) and normalisation (``none``, ``levels``, ``block_levels``).
 
     A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
     maps in :meth:`linear_shapes`, and its preset table :attr:`PAPER`.
@@ -80,6 +86,10 @@ class LMConfig:
     linear_mlr_ranks: tuple[int, ...] = ()
     dtype: DType = "float32"
     param_dtype: DType = "float32"
+    attention: AttentionKindName = "mha"
+    attention_window: int = 0
+    attention_ranks: tuple[int, ...] = ()
+    attention_normalize: MLRNormalizeName = "block_levels"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "num_layers"):
@@ -88,6 +98,7 @@ class LMConfig:
         check_choices(self, "model.")
         self.check_fields()
         self._check_linear()
+        self._check_attention()
 
     def check_fields(self) -> None:
         """The subclass's own checks (override; raise ConfigError); they run before the linear
@@ -101,6 +112,27 @@ class LMConfig:
             except ConfigError as err:
                 # The structured kinds' messages start with the option, e.g. "rank=0 must ...".
                 raise ConfigError(f"model.linear={self.linear!r}: model.linear_{err}") from None
+
+    def attention_shape(self) -> tuple[int, int, int] | None:
+        """``(head dim, query heads, kv heads)`` of the model's attention, against which the
+        attention kind is checked; ``None`` for a model whose attention has no kinds."""
+        return None
+
+    def _check_attention(self) -> None:
+        shape = self.attention_shape()
+        if shape is None:
+            check(self.attention == "mha", f"{self.FAMILY} has no attention kinds; keep mha")
+            return
+        check_attention_kind(
+            self.attention,
+            window=self.attention_window,
+            ranks=self.attention_ranks,
+            normalize=self.attention_normalize,
+            head_dim=shape[0],
+            num_heads=shape[1],
+            kv_heads=shape[2],
+            seq_len=self.seq_len,
+        )
 
     def linear_shapes(self) -> tuple[tuple[int, int], ...]:
         """``(d_in, d_out)`` of every map the model builds through :meth:`linear_factory`."""

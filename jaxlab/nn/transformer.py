@@ -23,7 +23,8 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
-from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.attention import alibi_slopes
+from jaxlab.nn.attention_kinds import attend
 from jaxlab.nn.init import unembedding_std, weight_std
 from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, unembedding
 from jaxlab.nn.lm_config import LMConfig
@@ -80,6 +81,9 @@ class TransformerConfig(LMConfig):
     def ff_dim(self) -> int:
         return self.d_ff or 4 * self.d_model
 
+    def attention_shape(self) -> tuple[int, int, int]:
+        return self.head_dim, self.num_heads, self.kv_heads
+
     def linear_shapes(self) -> tuple[tuple[int, int], ...]:
         d, q, kv = self.d_model, self.num_heads * self.head_dim, self.kv_heads * self.head_dim
         return ((d, q), (d, kv), (q, d), (d, self.ff_dim), (self.ff_dim, d))
@@ -87,7 +91,8 @@ class TransformerConfig(LMConfig):
 
 class Attention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections,
-    each built by the config's linear factory."""
+    each built by the config's linear factory; ``cfg.attention`` picks the attention kind
+    (:mod:`jaxlab.nn.attention_kinds`: ``mha``, the default, or ``swa``, ``gswa``, ``mlr``)."""
 
     def __init__(self, cfg: TransformerConfig, layer: int, *, rngs: nnx.Rngs):
         d, h, kv, hd = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.head_dim
@@ -102,21 +107,28 @@ class Attention(nnx.Module):
         self.impl = cfg.attention_impl
         self.scale = hd**-0.5 / (layer + 1) if cfg.layer_scaled_logits else hd**-0.5
         self.slopes = alibi_slopes(h, cfg.alibi) if cfg.positions == "alibi" else None
+        self.kind, self.window = cfg.attention, cfg.attention_window
+        self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
+        self.seq_len = cfg.seq_len
 
     def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
         B, T, _ = x_BTD.shape
         q_BTHD = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         k_BTKD = self.k(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
         v_BTKD = self.v(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
-        o_BTHD = dot_product_attention(
+        o_BTHD = attend(
             q_BTHD,
             k_BTKD,
             v_BTKD,
-            causal=True,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
             scale=self.scale,
             impl=self.impl,
+            kind=self.kind,
+            window=self.window,
+            ranks=self.ranks,
+            normalize=self.normalize,
+            seq_len=self.seq_len,
         )
         return self.out(o_BTHD.reshape(B, T, -1))
 

@@ -40,6 +40,8 @@ class RMTConfig(LMConfig):
     the head dimension; the core width (what the MLP and the embeddings see) is ``R * Dv``; the
     residual stream of each token is a ``d_key x d_value`` matrix. ``linear`` applies to the MLP
     only: the storage and retrieval keys that replace W_Q, W_K, W_V and W_O are the method itself.
+    ``attention`` picks the attention kind of the R heads of size Dv
+    (:mod:`jaxlab.nn.attention_kinds`; ``mlr``'s ranks sum to ``d_value``).
     """
 
     # size: fields — paper, Table 2
@@ -83,6 +85,9 @@ class RMTConfig(LMConfig):
     def residual_size(self) -> int:
         """Entries of one token's residual stream, Dk * Dv."""
         return self.d_key * self.d_value
+
+    def attention_shape(self) -> tuple[int, int, int]:
+        return self.d_value, self.rank, self.rank
 
     def linear_shapes(self) -> tuple[tuple[int, int], ...]:
         return ((self.width, self.d_ff), (self.d_ff, self.width))

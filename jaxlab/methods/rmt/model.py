@@ -46,7 +46,8 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
-from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.attention import alibi_slopes
+from jaxlab.nn.attention_kinds import attend
 from jaxlab.nn.init import unembedding_std, weight_std
 from jaxlab.nn.layers import MLP, TokenEmbedding, param_init, unembedding
 
@@ -197,20 +198,27 @@ class RMTAttention(nnx.Module):
         self.scale = scale / (layer + 1) if cfg.layer_scaled_logits else scale
         self.slopes = alibi_slopes(R, cfg.alibi) if cfg.positions == "alibi" else None
         self.impl = cfg.attention_impl
+        self.kind, self.window = cfg.attention, cfg.attention_window
+        self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
+        self.seq_len = cfg.seq_len
 
     def __call__(self, x_BTVK, segment_ids):
         C, K, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
         keys_KC = jnp.swapaxes(self.read_qkv[...], 0, 1).reshape(K, C * R)
         qkv_BTCRV = self.norm.read(x_BTVK, keys_KC).reshape(*x_BTVK.shape[:2], C, R, -1)
-        o_BTRV = dot_product_attention(
+        o_BTRV = attend(
             qkv_BTCRV[:, :, 0],
             qkv_BTCRV[:, :, 1],
             qkv_BTCRV[:, :, 2],
-            causal=True,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
             scale=self.scale,
             impl=self.impl,
+            kind=self.kind,
+            window=self.window,
+            ranks=self.ranks,
+            normalize=self.normalize,
+            seq_len=self.seq_len,
         )
         return store(o_BTRV, self.write[...])
 

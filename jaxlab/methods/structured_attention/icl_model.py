@@ -1,0 +1,154 @@
+"""The in-context regression Transformer with a pluggable scoring function (Kuang et al. 2025,
+Sec. 5.1, following Garg et al. 2022).
+
+A prompt ``(x_1, y_1, ..., x_N, y_N)`` becomes ``2N`` tokens of width ``d``: ``x_i`` itself and
+``(y_i, 0, ..., 0)``. A read-in map ``d -> D`` and learned positions feed ``num_layers`` pre-norm
+blocks (attention, GELU MLP), a final LayerNorm and a read-out ``D -> 1``; the prediction for
+``y_i`` is read at the token of ``x_i``. Only the attention's scoring differs between models
+(:mod:`jaxlab.methods.structured_attention.scoring`): ``mha`` with ``num_heads`` heads of size
+``D / num_heads``, ``btt`` and ``mlr`` with full-width per-head scores. Values and the output map
+are dense ``D x D`` in every model; with ``H`` heads each head's values are ``D / H`` wide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from jaxlab.core.config import check, check_choices
+from jaxlab.methods.structured_attention.scoring import (
+    BilinearBTTScore,
+    BilinearMLRScore,
+    DotProductScore,
+)
+from jaxlab.nn.layers import MLP, param_init
+from jaxlab.nn.linear import LinearSpec
+
+__all__ = ["ICLConfig", "ICLTransformer", "ScoredAttention"]
+
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ICLConfig:
+    """Shape of :class:`ICLTransformer`.
+
+    Attributes:
+      dim: input dimension d of the regression; n_points: examples per prompt (2d in the paper).
+      d_model: width D; num_layers: blocks; num_heads: attention heads.
+      scoring: ``mha``, ``btt`` (bilinear BTT, TT rank ``btt_rank``) or ``mlr`` (bilinear MLR
+        with ``mlr_ranks``, level 0 first).
+    """
+
+    dim: int = 16
+    n_points: int = 32
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 1
+    scoring: Literal["mha", "btt", "mlr"] = "mha"
+    btt_rank: int = 1
+    mlr_ranks: tuple[int, ...] = (4, 2, 1, 1)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "model.")
+        for name in ("dim", "n_points", "d_model", "num_layers", "num_heads"):
+            check(getattr(self, name) > 0, f"model.{name} must be positive")
+        check(
+            self.d_model % self.num_heads == 0,
+            f"model.num_heads={self.num_heads} must divide model.d_model={self.d_model}",
+        )
+        if self.scoring == "mlr":
+            blocks = 2 ** (len(self.mlr_ranks) - 1)
+            check(
+                self.mlr_ranks and min(self.mlr_ranks) > 0 and self.d_model % blocks == 0,
+                f"model.mlr_ranks={self.mlr_ranks}: positive ranks whose {blocks} blocks divide "
+                f"model.d_model={self.d_model}",
+            )
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.n_points
+
+
+def _scorer(cfg: ICLConfig, rngs: nnx.Rngs) -> nnx.Module:
+    if cfg.scoring == "btt":
+        return BilinearBTTScore(cfg.d_model, cfg.num_heads, btt_rank=cfg.btt_rank, rngs=rngs)
+    if cfg.scoring == "mlr":
+        return BilinearMLRScore(cfg.d_model, cfg.num_heads, ranks=cfg.mlr_ranks, rngs=rngs)
+    return DotProductScore(cfg.d_model, cfg.num_heads, rngs=rngs)
+
+
+class ScoredAttention(nnx.Module):
+    """Causal softmax attention over the logits of a scoring function, dense values and output."""
+
+    def __init__(self, cfg: ICLConfig, *, rngs: nnx.Rngs):
+        D, dense = cfg.d_model, LinearSpec()
+        self.score = _scorer(cfg, rngs)
+        self.v = dense(D, D, std=D**-0.5, rngs=rngs)
+        self.out = dense(D, D, std=(D * 2 * cfg.num_layers) ** -0.5, rngs=rngs)
+        self.num_heads = cfg.num_heads
+
+    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+        B, T, D = x_BTD.shape
+        s_BHTS = self.score(x_BTD).astype(jnp.float32)
+        causal = jnp.tril(jnp.ones((T, T), bool))
+        p_BHTS = jax.nn.softmax(jnp.where(causal, s_BHTS, _MASK_VALUE), axis=-1)
+        v_BTHE = self.v(x_BTD).reshape(B, T, self.num_heads, D // self.num_heads)
+        o_BTHE = jnp.einsum("bhts,bshe->bthe", p_BHTS, v_BTHE)
+        return self.out(o_BTHE.reshape(B, T, D))
+
+    def flops(self, T: int) -> float:
+        """Forward FLOPs of one sequence: scores, value and output maps, value sum."""
+        D = self.v.d_in
+        return self.score.flops(T) + 2 * 2 * T * D * D + 2 * T * T * D
+
+
+class _Block(nnx.Module):
+    def __init__(self, cfg: ICLConfig, *, rngs: nnx.Rngs):
+        D = cfg.d_model
+        self.norm1 = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
+        self.attn = ScoredAttention(cfg, rngs=rngs)
+        self.norm2 = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
+        self.mlp = MLP(D, 4 * D, in_std=D**-0.5, out_std=(8 * D * cfg.num_layers) ** -0.5,
+                       matmul_impl="xla", rngs=rngs)  # fmt: skip
+
+    def __call__(self, x_BTD):
+        x_BTD = x_BTD + self.attn(self.norm1(x_BTD))
+        return x_BTD + self.mlp(self.norm2(x_BTD))
+
+
+class ICLTransformer(nnx.Module):
+    """Prompts ``xs (B, N, d)``, ``ys (B, N)`` -> predictions ``(B, N)`` of every ``y_i`` from
+    ``x_1, y_1, ..., x_i``."""
+
+    def __init__(self, cfg: ICLConfig, *, rngs: nnx.Rngs):
+        D, dense = cfg.d_model, LinearSpec()
+        self.cfg = cfg
+        self.read_in = dense(cfg.dim, D, std=1.0, rngs=rngs)  # inputs have variance 1/d
+        init = param_init(nnx.initializers.normal(0.02), (None, None))
+        self.positions = nnx.Param(init(rngs.params(), (cfg.seq_len, D), jnp.float32))
+        self.blocks = nnx.List([_Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
+        self.read_out = dense(D, 1, std=D**-0.5, rngs=rngs)
+
+    def __call__(self, xs_BND: Float[Array, "B N d"], ys_BN: Float[Array, "B N"]):
+        B, N, d = xs_BND.shape
+        y_tokens_BND = jnp.zeros_like(xs_BND).at[..., 0].set(ys_BN)
+        z_BTd = jnp.stack([xs_BND, y_tokens_BND], axis=2).reshape(B, 2 * N, d)
+        h_BTD = self.read_in(z_BTd) + self.positions[: 2 * N]
+        for block in self.blocks:
+            h_BTD = block(h_BTD)
+        pred_BT = self.read_out(self.final_norm(h_BTD))[..., 0]
+        return pred_BT[:, ::2]  # at the x tokens
+
+    def flops(self) -> float:
+        """Analytic forward FLOPs of one prompt (matrix products; a multiply-add is 2)."""
+        cfg, T = self.cfg, self.cfg.seq_len
+        D = cfg.d_model
+        per_block = self.blocks[0].attn.flops(T) + 2 * 2 * T * D * 4 * D
+        return cfg.num_layers * per_block + 2 * T * D * (cfg.dim + 1)

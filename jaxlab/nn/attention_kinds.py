@@ -1,0 +1,196 @@
+"""Which pairs a model's attention scores and how: the attention *kind*, one config choice.
+
+Kinds (:class:`AttentionKind`, chosen by ``LMConfig.attention`` for the baseline Transformer and
+the RMT; the baselines of Kuang et al., "Customizing the Inductive Biases of Softmax Attention
+using Structured Matrices", ICML 2025, Sec. 4 and the authors' code):
+
+* ``mha`` — standard causal softmax attention through
+  :func:`jaxlab.nn.attention.dot_product_attention` (the call is the one the models made before
+  kinds existed, so the default is unchanged bit for bit).
+* ``swa`` — sliding-window attention: query ``i`` sees keys ``i - window .. i`` (the authors'
+  ``sliding_block_size`` convention: ``window`` earlier positions and itself).
+* ``gswa`` — Global + SWA: the head's channels split into two halves; the first half scores every
+  causal pair, the second only the window; each half has its own softmax (logit scale ``1/sqrt``
+  of its width) and the two probability matrices are *added* before the value sum, as in the
+  authors' ``CausalSelfGlobalSlidingWindowAttention`` (rows then sum to 2; the output projection
+  absorbs the factor).
+* ``mlr`` — multi-level low-rank attention, :func:`jaxlab.nn.mlr_attention.mlr_attention`, with
+  ``ranks`` (summing to the head dim) and ``normalize``.
+
+The authors pair the structured kinds with QK LayerNorm and µP logit scales (``8/d``); here every
+kind keeps the host model's recipe (no QK norm, the model's ``scale``) so that a comparison changes
+the scoring only. The scale passed in is the model's ``mha`` scale for the full head dim
+(``D^-1/2``, times an RMT's ``1/(layer + 1)``); the other kinds take its factor beyond ``D^-1/2``
+(``scale * sqrt(D)``) and apply it to their own per-part scales. SWA and GSWA are written as
+masked dense attention (``O(T^2)`` work, like the authors' default path): they are baselines of
+quality, not of speed.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import dot_product_attention
+from jaxlab.nn.mlr_attention import check_mlr, mlr_attention
+
+__all__ = [
+    "AttentionKind",
+    "AttentionKindName",
+    "MLRNormalizeName",
+    "attend",
+    "check_attention_kind",
+    "global_sliding_window_attention",
+    "sliding_window_attention",
+]
+
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+class AttentionKind(enum.StrEnum):
+    """The attention kinds behind :func:`attend` (see the module docstring)."""
+
+    MHA = "mha"
+    SWA = "swa"
+    GSWA = "gswa"
+    MLR = "mlr"
+
+
+AttentionKindName = Literal[tuple(k.value for k in AttentionKind)]  # type: ignore[valid-type]
+# Config spelling of mlr_attention's normalize (None is "none" on the command line).
+MLRNormalizeName = Literal["none", "levels", "block_levels"]
+
+
+def check_attention_kind(
+    kind: str,
+    *,
+    window: int,
+    ranks: Sequence[int],
+    normalize: str,
+    head_dim: int,
+    num_heads: int,
+    kv_heads: int,
+    seq_len: int,
+    prefix: str = "model.",
+) -> None:
+    """Raises a one-line :class:`ConfigError` unless the kind's options fit the model's heads."""
+    if kind == AttentionKind.MHA:
+        return
+    if kv_heads != num_heads:
+        raise ConfigError(
+            f"{prefix}attention={kind!r} needs as many kv heads as query heads "
+            f"(got {kv_heads} and {num_heads}); set {prefix}num_kv_heads=0 or attention='mha'"
+        )
+    if kind in (AttentionKind.SWA, AttentionKind.GSWA) and window < 1:
+        raise ConfigError(f"{prefix}attention_window={window} must be >= 1 for {kind!r}")
+    if kind == AttentionKind.GSWA and head_dim % 2:
+        raise ConfigError(f"{prefix}attention='gswa' splits the head in halves: head dim "
+                          f"{head_dim} must be even")  # fmt: skip
+    if kind == AttentionKind.MLR:
+        try:
+            check_mlr(ranks, head_dim, seq_len, None if normalize == "none" else normalize)
+        except ConfigError as err:
+            raise ConfigError(f"{prefix}attention_ranks: {err}") from None
+
+
+def _masked_softmax(q, k, scale, keep, slopes):
+    """Causal-masked probabilities ``(B, H, T, S)`` in float32 with an extra ``keep`` mask."""
+    s = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32) * scale
+    T = q.shape[1]
+    pos = jnp.arange(T)
+    if slopes is not None:
+        s = s - slopes.astype(jnp.float32)[None, :, None, None] * jnp.abs(pos[:, None] - pos)
+    return jax.nn.softmax(jnp.where(keep, s, _MASK_VALUE), axis=-1)
+
+
+def _keep(T, window, segment_ids):
+    pos = jnp.arange(T)
+    keep = (pos[:, None] >= pos[None, :])[None, None]
+    if window is not None:
+        keep &= (pos[:, None] - pos[None, :] <= window)[None, None]
+    if segment_ids is not None:
+        keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+    return keep
+
+
+def sliding_window_attention(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B T H D"],
+    v: Float[Array, "B T H D"],
+    *,
+    window: int,
+    scale: float | None = None,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+) -> Float[Array, "B T H D"]:
+    """Causal attention in which query ``i`` sees keys ``i - window .. i`` only."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    p = _masked_softmax(q, k, scale, _keep(q.shape[1], window, segment_ids), alibi_slopes)
+    return jnp.einsum("bhts,bshd->bthd", p.astype(v.dtype), v)
+
+
+def global_sliding_window_attention(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B T H D"],
+    v: Float[Array, "B T H D"],
+    *,
+    window: int,
+    logit_factor: float = 1.0,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+) -> Float[Array, "B T H D"]:
+    """Global + SWA (the authors' GSWA): first-half channels over all causal pairs, second half
+    over the window, each soft-maxed at scale ``logit_factor / sqrt(D / 2)``, probabilities added.
+    """
+    half = q.shape[-1] // 2
+    scale = logit_factor / math.sqrt(half)
+    T = q.shape[1]
+    p_global = _masked_softmax(
+        q[..., :half], k[..., :half], scale, _keep(T, None, segment_ids), alibi_slopes
+    )
+    p_local = _masked_softmax(
+        q[..., half:], k[..., half:], scale, _keep(T, window, segment_ids), alibi_slopes
+    )
+    return jnp.einsum("bhts,bshd->bthd", (p_global + p_local).astype(v.dtype), v)
+
+
+def attend(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B S K D"],
+    v: Float[Array, "B S K D"],
+    *,
+    kind: str = "mha",
+    scale: float,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    impl: str = "auto",
+    window: int = 0,
+    ranks: Sequence[int] = (),
+    normalize: str = "block_levels",
+    seq_len: int | None = None,
+) -> Float[Array, "B T H D"]:
+    """Causal self-attention of the given kind (see the module docstring); ``scale`` is the
+    model's ``mha`` logit scale, ``impl`` the :class:`~jaxlab.nn.attention.AttentionImpl` of
+    ``mha`` (the other kinds run their XLA forms), ``seq_len`` the model's context length, on
+    which the MLR levels are laid (inputs of other lengths keep the blocks of a full row)."""
+    masks = dict(segment_ids=segment_ids, alibi_slopes=alibi_slopes)
+    if kind == AttentionKind.MHA:
+        return dot_product_attention(q, k, v, causal=True, scale=scale, impl=impl, **masks)
+    factor = scale * math.sqrt(q.shape[-1])  # the model's factor beyond 1/sqrt(D)
+    if kind == AttentionKind.SWA:
+        return sliding_window_attention(q, k, v, window=window, scale=scale, **masks)
+    if kind == AttentionKind.GSWA:
+        return global_sliding_window_attention(q, k, v, window=window, logit_factor=factor, **masks)
+    if kind == AttentionKind.MLR:
+        norm = None if normalize == "none" else normalize
+        return mlr_attention(
+            q, k, v, ranks=ranks, normalize=norm, logit_scale=factor, block_len=seq_len, **masks
+        )
+    raise ConfigError(f"unknown attention kind {kind!r}; choose one of {list(AttentionKind)}")

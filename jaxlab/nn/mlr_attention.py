@@ -1,0 +1,322 @@
+"""Multi-level low-rank (MLR) attention along the sequence axis, computed block by block.
+
+Kuang, Amsel, Lotfi, Qiu, Potapczynski & Wilson, "Customizing the Inductive Biases of Softmax
+Attention using Structured Matrices", ICML 2025, Sec. 4 (MLR attention for language modelling).
+The head channels ``D = sum_l r_l`` split into level groups, level 0 first. Level ``l`` splits the
+sequence into ``2^l`` contiguous blocks of length ``T / 2^l`` and scores only pairs in the same
+block, with its own ``r_l`` channels and logit scale ``1/r_l`` (the paper's and the authors' code's
+``1/r_l``, not ``1/sqrt(r_l)``). The logit of a pair is the sum over the levels that cover it,
+divided by nothing (``normalize=None``), by ``L`` (``"levels"``) or by the number of levels that
+cover the pair (``"block_levels"``, the setting of the paper's LM runs; in the authors' code the
+``mlr_divide_by_num_levels`` and ``mlr_block_divide_by_num_levels`` flags).
+
+Blockwise form. The authors' code builds one dense ``T x T`` logit matrix per level and adds
+them: ``O(L T^2)`` memory and no saving. Here every pair is scored once, in the region of its
+*finest covering level* ``c``: for ``c < L - 1`` these are the pairs of one level-``c`` block that
+fall in different halves of it (under a causal mask only the lower off-diagonal half-block), and for
+``c = L - 1`` the diagonal blocks of the finest level. A region's pairs all share ``c``, so they
+contract only the channels of levels ``0..c`` (queries pre-scaled by ``1/r_l``) and their
+normalisation is one number (``1``, ``1/L`` or ``1/(c + 1)``). The regions partition the pairs,
+so one softmax over all of a query's keys is a log-sum-exp merge of per-region partial results
+(the running max and sum of FlashAttention, Dao 2023). The QK work is then
+``sum_l r_l 2^-l / sum_l r_l`` of full attention's (:func:`mlr_qk_flop_ratio`); softmax and the
+value sum are unchanged. :func:`mlr_attention_reference` is the dense construction, kept as the
+oracle.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.errors import ConfigError
+
+__all__ = [
+    "MLRNormalize",
+    "check_mlr",
+    "mlr_attention",
+    "blockwise_full_attention",
+    "mlr_attention_reference",
+    "mlr_covering_levels",
+    "mlr_qk_flop_ratio",
+    "mlr_region_queries",
+]
+
+MLRNormalize = Literal["levels", "block_levels"] | None
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: masked rows stay NaN-free
+
+
+def mlr_qk_flop_ratio(ranks: Sequence[int]) -> float:
+    """QK FLOPs of MLR attention relative to full attention of head dim ``sum(ranks)``.
+
+    Level ``l`` covers ``2^-l`` of the (causal or full) pairs with ``r_l`` channels:
+    ``sum_l r_l 2^-l / sum_l r_l`` (0.601 for the paper's 32|8|6|4|4|4|4|2).
+    """
+    return sum(r * 2.0**-level for level, r in enumerate(ranks)) / sum(ranks)
+
+
+def check_mlr(ranks: Sequence[int], head_dim: int, seq_len: int, normalize=None) -> None:
+    """Raises a one-line :class:`ConfigError` unless ``ranks`` fit heads of ``head_dim`` channels
+    on a sequence of ``seq_len`` positions (``2^(L-1)`` must divide it)."""
+    ranks = tuple(ranks)
+    if not ranks or any(int(r) < 1 for r in ranks):
+        raise ConfigError(f"mlr ranks={ranks} must be a non-empty list of positive ints (8,4,2,2)")
+    if sum(ranks) != head_dim:
+        raise ConfigError(
+            f"mlr ranks={ranks} sum to {sum(ranks)}; they must sum to the head dim {head_dim}"
+        )
+    blocks = 2 ** (len(ranks) - 1)
+    if seq_len % blocks:
+        raise ConfigError(
+            f"mlr ranks={ranks} has {len(ranks)} levels, whose {blocks} finest blocks must divide "
+            f"seq_len={seq_len}; use fewer levels or another seq_len"
+        )
+    if normalize not in (None, "levels", "block_levels"):
+        raise ConfigError(f"mlr normalize={normalize!r}; choose None, 'levels' or 'block_levels'")
+
+
+def mlr_covering_levels(seq_len: int, num_levels: int) -> np.ndarray:
+    """``(T, T)`` int array: how many levels cover each pair (1 + the finest covering level)."""
+    pos = np.arange(seq_len)
+    count = np.zeros((seq_len, seq_len), np.int32)
+    for level in range(num_levels):
+        block = seq_len // 2**level
+        count += (pos[:, None] // block) == (pos[None, :] // block)
+    return count
+
+
+def _norm_factor(normalize, level: int, num_levels: int) -> float:
+    if normalize == "levels":
+        return 1.0 / num_levels
+    if normalize == "block_levels":
+        return 1.0 / (level + 1)
+    return 1.0
+
+
+def _split(x, n: int, parts: int):
+    """``(B, T, ...)`` -> ``(B, n, parts, T / (n * parts), ...)``: n blocks of ``parts`` pieces."""
+    B, T = x.shape[:2]
+    return x.reshape(B, n, parts, T // (n * parts), *x.shape[2:])
+
+
+def _pick(x, *, n: int, last: bool, causal: bool, side: str):
+    """The view of ``(B, T, ...)`` that one region's queries (``side="q"``) or keys see: the
+    finest level's diagonal blocks, or for a coarser level ``c`` with ``n = 2^c`` blocks the
+    second half's queries against the first half's keys (causal), or each half's queries
+    against the other half's keys, folded into the block axis (not causal)."""
+    if x is None:
+        return None
+    x = _split(x, n, 1 if last else 2)
+    if last:
+        return x[:, :, 0]
+    if causal:
+        return x[:, :, 1 if side == "q" else 0]
+    if side == "k":
+        x = x[:, :, ::-1]
+    return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+
+def _region(q_BNQHW, k_BNKHW, v_BNKHD, keep, bias):
+    """Partial softmax of one region: running max ``m``, sum ``z`` and unnormalised output ``o``
+    for each query, over the region's keys only (``keep`` masks pairs, ``bias`` is ALiBi)."""
+    s = jnp.einsum("bnqhw,bnkhw->bnhqk", q_BNQHW, k_BNKHW, preferred_element_type=jnp.float32)
+    if bias is not None:
+        s = s + bias
+    if keep is not None:
+        s = jnp.where(keep, s, _MASK_VALUE)
+    m = s.max(-1)
+    p = jnp.exp(s - m[..., None])
+    if keep is not None:
+        p = jnp.where(keep, p, 0.0)
+    o = jnp.einsum("bnhqk,bnkhd->bnqhd", p.astype(v_BNKHD.dtype), v_BNKHD,
+                   preferred_element_type=jnp.float32)  # fmt: skip
+    return m.swapaxes(-1, -2), p.sum(-1).swapaxes(-1, -2), o
+
+
+def _region_masks(q_pos, k_pos, seg_q, seg_k, slopes, causal):
+    """Masks and ALiBi bias of a region from its positions ``(n, Q)``, ``(n, K)``."""
+    keep = None
+    if causal:
+        keep = (q_pos[:, :, None] >= k_pos[:, None, :])[None, :, None]
+    if seg_q is not None:
+        same = (seg_q[:, :, :, None] == seg_k[:, :, None, :])[:, :, None]
+        keep = same if keep is None else keep & same
+    bias = None
+    if slopes is not None:
+        dist = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(jnp.float32)
+        bias = -slopes.astype(jnp.float32)[None, None, :, None, None] * dist[None, :, None]
+    return keep, bias
+
+
+def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods: int = 1):
+    """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
+    pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
+    docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
+    scored). Returns ``(B, T, H, Dv)``."""
+    B, T, H, _ = k.shape
+    L = len(q_regions)
+    pos = jnp.arange(T)[None]
+    merged = []  # (m, z, o) over the whole sequence, one per region
+    for c, q_c in enumerate(q_regions):
+        last, n, w = c == L - 1, periods * 2**c, q_c.shape[-1]
+        pick_q = functools.partial(_pick, n=n, last=last, causal=causal, side="q")
+        pick_k = functools.partial(_pick, n=n, last=last, causal=causal, side="k")
+        q_pos, k_pos = pick_q(pos)[0], pick_k(pos)[0]
+        keep, bias = _region_masks(
+            q_pos, k_pos, pick_q(segment_ids), pick_k(segment_ids), slopes, causal and last
+        )
+        m, z, o = _region(pick_q(q_c), pick_k(k[..., :w]), pick_k(v), keep, bias)
+        if causal and not last:  # first halves have no keys in this region: neutral entries
+            m = jnp.stack([jnp.full_like(m, _MASK_VALUE), m], axis=2)
+            z = jnp.stack([jnp.zeros_like(z), z], axis=2)
+            o = jnp.stack([jnp.zeros_like(o), o], axis=2)
+        merged.append((m.reshape(B, T, H), z.reshape(B, T, H), o.reshape(B, T, H, -1)))
+    m_all = jnp.max(jnp.stack([m for m, _, _ in merged]), axis=0)
+    z_all = sum(z * jnp.exp(m - m_all) for m, z, _ in merged)
+    o_all = sum(o * jnp.exp(m - m_all)[..., None] for m, _, o in merged)
+    return (o_all / z_all[..., None]).astype(v.dtype)
+
+
+def mlr_region_queries(q, ranks, normalize=None, logit_scale: float = 1.0):
+    """The per-region queries of the blockwise form: for finest covering level ``c``, the first
+    ``sum_{l<=c} r_l`` channels, level ``l``'s multiplied by ``logit_scale * f_c / r_l`` with
+    ``f_c`` the region's normalisation (1, 1/L or 1/(c+1))."""
+    L = len(ranks)
+    per_level = np.concatenate([np.full(r, 1.0 / r, np.float32) for r in ranks])
+    out = []
+    for c, w in enumerate(np.cumsum(ranks)):
+        scale = per_level[:w] * (logit_scale * _norm_factor(normalize, c, L))
+        out.append((q[..., :w].astype(jnp.float32) * scale).astype(q.dtype))
+    return out
+
+
+def mlr_attention(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B T H D"],
+    v: Float[Array, "B T H Dv"],
+    *,
+    ranks: Sequence[int],
+    causal: bool = True,
+    normalize: MLRNormalize = None,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    logit_scale: float = 1.0,
+    block_len: int | None = None,
+) -> Float[Array, "B T H Dv"]:
+    """MLR attention (Kuang et al. 2025, Sec. 4), blockwise (see the module docstring).
+
+    Args:
+      q, k: queries and keys, ``D = sum(ranks)`` channels per head, level 0 (global) first.
+      v: values (any head dim).
+      ranks: ``r_l`` per level; ``2^(L-1)`` must divide ``T``.
+      causal: keys at positions ``<=`` the query's only.
+      normalize: ``None``, ``"levels"`` (divide by L) or ``"block_levels"`` (by the number of
+        levels covering the pair).
+      segment_ids: keep only pairs in the same document (packed rows).
+      alibi_slopes: ALiBi slopes per head, added after the MLR logits (Press et al. 2022).
+      logit_scale: extra multiplier of every MLR logit (e.g. an RMT's 1/(layer + 1)).
+      block_len: length of the level-0 block, the context the levels are laid on (default T;
+        a model passes its training ``seq_len``). Causal inputs of another length are padded at
+        the end to a multiple of it (causal queries never see the padding): a shorter prompt
+        gets the blocks it would have inside a full row, and past ``block_len`` the level-0
+        blocks repeat (pairs in different ones are not scored).
+
+    Raises:
+      ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
+        length, or shapes that do not match.
+    """
+    _check_qkv(q, k, v, segment_ids, alibi_slopes)
+    B, T = q.shape[:2]
+    block_len = T if block_len is None else int(block_len)
+    check_mlr(ranks, q.shape[-1], block_len, normalize)
+    periods = -(-T // block_len)
+    pad = periods * block_len - T
+    if pad and not causal:
+        raise ConfigError(
+            f"mlr_attention: non-causal input of length {T} needs a multiple of block_len="
+            f"{block_len}"
+        )
+    if pad:
+        grow = lambda x: jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
+        q, k, v = grow(q), grow(k), grow(v)
+        segment_ids = None if segment_ids is None else grow(segment_ids)
+    q_regions = mlr_region_queries(q, tuple(ranks), normalize, logit_scale)
+    out = _blockwise(q_regions, k, v, segment_ids, alibi_slopes, causal, periods)
+    return out[:, :T]
+
+
+def blockwise_full_attention(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B T H D"],
+    v: Float[Array, "B T H Dv"],
+    *,
+    num_levels: int,
+    causal: bool = True,
+    scale: float | None = None,
+) -> Float[Array, "B T H Dv"]:
+    """Standard softmax attention through the same region decomposition as :func:`mlr_attention`
+    (every region contracts all D channels): the like-for-like baseline of the benchmark, and a
+    check of the merge (it equals plain attention)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q_s = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    return _blockwise([q_s] * num_levels, k, v, None, None, causal)
+
+
+def _check_qkv(q, k, v, segment_ids, slopes):
+    if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ConfigError(
+            f"mlr_attention: q {q.shape}, k {k.shape}, v {v.shape} must be (B, T, H, D) alike"
+        )
+    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
+        raise ConfigError(f"mlr_attention: segment_ids {segment_ids.shape} must be {q.shape[:2]}")
+    if slopes is not None and slopes.shape != (q.shape[2],):
+        raise ConfigError(f"mlr_attention: alibi_slopes {slopes.shape} must be ({q.shape[2]},)")
+
+
+def mlr_attention_reference(
+    q: Float[Array, "B T H D"],
+    k: Float[Array, "B T H D"],
+    v: Float[Array, "B T H Dv"],
+    *,
+    ranks: Sequence[int],
+    causal: bool = True,
+    normalize: MLRNormalize = None,
+    segment_ids: Int[Array, "B T"] | None = None,
+    alibi_slopes: Float[Array, " H"] | None = None,
+    logit_scale: float = 1.0,
+) -> Float[Array, "B T H Dv"]:
+    """The dense construction (as the authors' code builds it): one masked ``T x T`` logit matrix
+    per level, summed, normalised, masked and soft-maxed. ``O(L T^2)``; the oracle of the tests."""
+    _check_qkv(q, k, v, segment_ids, alibi_slopes)
+    check_mlr(ranks, q.shape[-1], q.shape[1], normalize)
+    T, L = q.shape[1], len(ranks)
+    pos = jnp.arange(T)
+    s = jnp.zeros((q.shape[0], q.shape[2], T, T), jnp.float32)
+    count = jnp.zeros((T, T), jnp.float32)
+    start = 0
+    for level, r in enumerate(ranks):
+        block = T // 2**level
+        same = (pos[:, None] // block) == (pos[None, :] // block)
+        q_l, k_l = q[..., start : start + r], k[..., start : start + r]
+        s_l = jnp.einsum("bthd,bshd->bhts", q_l, k_l, preferred_element_type=jnp.float32) / r
+        s, count, start = s + jnp.where(same, s_l, 0.0), count + same, start + r
+    if normalize == "levels":
+        s = s / L
+    elif normalize == "block_levels":
+        s = s / count
+    s = s * logit_scale
+    if alibi_slopes is not None:
+        s = s - alibi_slopes[None, :, None, None] * jnp.abs(pos[:, None] - pos[None, :])
+    keep = jnp.ones((1, 1, T, T), bool)
+    if causal:
+        keep &= (pos[:, None] >= pos[None, :])[None, None]
+    if segment_ids is not None:
+        keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+    p = jax.nn.softmax(jnp.where(keep, s, _MASK_VALUE), axis=-1)
+    return jnp.einsum("bhts,bshd->bthd", p.astype(v.dtype), v).astype(v.dtype)

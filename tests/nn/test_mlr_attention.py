@@ -1,0 +1,193 @@
+"""MLR attention: the blockwise form against the dense construction and an independent numpy one.
+
+The numpy oracle decides, pair by pair, which levels cover it (same block of length T / 2^l) and
+sums those levels' scaled dot products, written without the jnp code's reshapes or masks.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import alibi_slopes, dot_product_attention
+from jaxlab.nn.mlr_attention import (
+    blockwise_full_attention,
+    mlr_attention,
+    mlr_attention_reference,
+    mlr_covering_levels,
+    mlr_qk_flop_ratio,
+)
+
+RANKS = (4, 2, 1, 1)  # D = 8, finest blocks of T / 8
+
+
+def numpy_mlr_logits(q, k, ranks, normalize):
+    """Float64 ``(B, H, T, T)`` MLR logits, pair by pair."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    B, T, H, _ = q.shape
+    starts = np.concatenate([[0], np.cumsum(ranks)])
+    out = np.zeros((B, H, T, T))
+    for i in range(T):
+        for j in range(T):
+            total, covering = np.zeros((B, H)), 0
+            for level, r in enumerate(ranks):
+                block = T // 2**level
+                if i // block == j // block:
+                    a, b = starts[level], starts[level + 1]
+                    total += np.einsum("bhd,bhd->bh", q[:, i, :, a:b], k[:, j, :, a:b]) / r
+                    covering += 1
+            if normalize == "levels":
+                total /= len(ranks)
+            elif normalize == "block_levels":
+                total /= covering
+            out[:, :, i, j] = total
+    return out
+
+
+def numpy_attention_from_logits(s, v, causal, segment_ids=None, slopes=None):
+    B, H, T, _ = s.shape
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    if slopes is not None:
+        s = s - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(i - j)
+    allowed = np.ones((B, 1, T, T), bool)
+    if causal:
+        allowed &= (j <= i)[None, None]
+    if segment_ids is not None:
+        seg = np.asarray(segment_ids)
+        allowed &= (seg[:, :, None] == seg[:, None, :])[:, None]
+    s = np.where(allowed, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhts,bshd->bthd", p, np.asarray(v, np.float64))
+
+
+def _qkv(seed, B=2, T=16, H=2, D=8, Dv=4):
+    kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
+    return (
+        jax.random.normal(kq, (B, T, H, D)),
+        jax.random.normal(kk, (B, T, H, D)),
+        jax.random.normal(kv, (B, T, H, Dv)),
+    )
+
+
+def test_flop_ratio_of_the_paper_ranks():
+    assert mlr_qk_flop_ratio((32, 8, 6, 4, 4, 4, 4, 2)) == pytest.approx(0.6006, abs=5e-4)
+    assert mlr_qk_flop_ratio((16,)) == 1.0
+
+
+def test_covering_levels_match_the_pairwise_rule():
+    count = mlr_covering_levels(16, 4)
+    for i in range(16):
+        for j in range(16):
+            assert count[i, j] == sum(i // (16 >> lv) == j // (16 >> lv) for lv in range(4))
+    # The block structure: the finest 2x2 blocks on the diagonal are covered by all 4 levels,
+    # the two halves' cross block by level 0 only.
+    assert (count[:2, :2] == 4).all() and (count[8:, :8] == 1).all() and count[4, 0] == 2
+
+
+@pytest.mark.parametrize("normalize", [None, "levels", "block_levels"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_blockwise_and_dense_match_numpy(normalize, causal):
+    q, k, v = _qkv(0)
+    want = numpy_attention_from_logits(numpy_mlr_logits(q, k, RANKS, normalize), v, causal)
+    kw = dict(ranks=RANKS, causal=causal, normalize=normalize)
+    for fn in (mlr_attention, mlr_attention_reference):
+        got = jax.jit(functools.partial(fn, **kw))(q, k, v)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+
+
+def test_segments_alibi_and_logit_scale_match_numpy():
+    q, k, v = _qkv(1)
+    seg = jnp.array([[1] * 5 + [2] * 11, [3] * 16])
+    slopes = alibi_slopes(2)
+    fn = functools.partial(mlr_attention, ranks=RANKS, normalize="block_levels", logit_scale=0.5)
+    got = jax.jit(fn)(q, k, v, segment_ids=seg, alibi_slopes=slopes)
+    s = numpy_mlr_logits(q, k, RANKS, "block_levels") * 0.5
+    np.testing.assert_allclose(got, numpy_attention_from_logits(s, v, True, seg, slopes), atol=2e-5)
+
+
+def test_one_level_is_causal_softmax_with_scale_one_over_r():
+    q, k, v = _qkv(2, Dv=8)
+    got = mlr_attention(q, k, v, ranks=(8,))
+    want = dot_product_attention(q, k, v, causal=True, scale=1 / 8, impl="xla")
+    np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+def test_blockwise_full_attention_is_plain_attention():
+    q, k, v = _qkv(3, Dv=8)
+    for causal in (True, False):
+        got = blockwise_full_attention(q, k, v, num_levels=4, causal=causal)
+        want = dot_product_attention(q, k, v, causal=causal, impl="xla")
+        np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+def test_halves_interact_only_through_level_zero():
+    """A query in the second half depends on a first-half key's channels of level 0 only."""
+    q, k, v = _qkv(4, B=1, T=8, H=1)
+    ranks = (2, 2, 2, 2)
+
+    def out_last(k_):
+        return mlr_attention(q, k_, v, ranks=ranks, normalize="block_levels")[0, -1].sum()
+
+    dk = jax.jit(jax.grad(out_last))(k)[0, :, 0].reshape(8, 4, 2)  # (key, level, channel)
+    for j in range(8):
+        for level in range(4):
+            block = 8 >> level
+            covers = 7 // block == j // block
+            size = float(jnp.abs(dk[j, level]).max())
+            assert (size > 1e-6) if covers else (size == 0.0), (j, level, size)
+    # In particular the first half (keys 0..3) is reached by level 0 alone.
+    np.testing.assert_array_equal(dk[:4, 1:], 0.0)
+
+
+@pytest.mark.parametrize("normalize", [None, "block_levels"])
+def test_gradients_match_the_dense_reference(normalize):
+    q, k, v = _qkv(5)
+    seg = jnp.array([[1] * 9 + [2] * 7, [1] * 16])
+    w = jax.random.normal(jax.random.key(9), v.shape)
+
+    def loss(fn):
+        return lambda q_, k_, v_: jnp.sum(
+            w * fn(q_, k_, v_, ranks=RANKS, normalize=normalize, segment_ids=seg)
+        )
+
+    got = jax.jit(jax.grad(loss(mlr_attention), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.grad(loss(mlr_attention_reference), argnums=(0, 1, 2)))(q, k, v)
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, r, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "ranks, T, match",
+    [((4, 2), 16, "sum to"), ((), 16, "non-empty"), ((2, 2, 2, 1, 1), 12, "divide")],
+)
+def test_bad_ranks_raise_one_line_config_errors(ranks, T, match):
+    q, k, v = _qkv(6, T=T)
+    with pytest.raises(ConfigError, match=match):
+        mlr_attention(q, k, v, ranks=ranks)
+
+
+def test_bad_normalize_raises():
+    q, k, v = _qkv(6)
+    with pytest.raises(ConfigError, match="normalize"):
+        mlr_attention(q, k, v, ranks=RANKS, normalize="rows")
+
+
+def test_shorter_inputs_keep_the_blocks_of_a_full_row():
+    """A causal prefix (any length) sees exactly what it sees inside the full row; past
+    ``block_len`` the level-0 blocks repeat."""
+    q, k, v = _qkv(7)
+    full = mlr_attention(q, k, v, ranks=RANKS, normalize="block_levels")
+    for t in (1, 5, 11):
+        part = mlr_attention(
+            q[:, :t], k[:, :t], v[:, :t], ranks=RANKS, normalize="block_levels", block_len=16
+        )
+        np.testing.assert_allclose(part, full[:, :t], atol=2e-6)
+    twice = [jnp.concatenate([a, a], axis=1) for a in (q, k, v)]
+    rep = mlr_attention(*twice, ranks=RANKS, normalize="block_levels", block_len=16)
+    np.testing.assert_allclose(rep[:, 16:], full, atol=2e-6)
+    with pytest.raises(ConfigError, match="non-causal"):
+        mlr_attention(q[:, :5], k[:, :5], v[:, :5], ranks=RANKS, causal=False, block_len=16)
