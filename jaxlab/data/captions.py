@@ -63,7 +63,7 @@ SECOND = " with a {colour} {name}"
 PROMPTS = ("a {name}", "a photo of a {name}", "a picture of the {name}")
 
 _WORDS = {w for t in TEMPLATES + PROMPTS + (SECOND,) for w in t.split() if "{" not in w}
-VOCAB = ("<pad>", *sorted(_WORDS | set(CLASS_NAMES) | set(COLOURS) | set(SIZES) | set(POSITIONS)))
+VOCAB = ("<pad>", "<eos>", *sorted(_WORDS | set(CLASS_NAMES) | set(COLOURS) | set(SIZES) | set(POSITIONS)))
 _INDEX = {w: i for i, w in enumerate(VOCAB)}
 
 
@@ -80,10 +80,11 @@ class CaptionPairs(NamedTuple):
 
 
 def tokenize(captions: list[str]) -> Int[np.ndarray, "N L"]:
-    """Word-level tokens (:data:`VOCAB`), padded with 0 to :data:`SEQ_LEN`."""
+    """Word-level tokens (:data:`VOCAB`) ending in ``<eos>`` (the text tower's readout position,
+    as CLIP's EOT token), padded with 0 to :data:`SEQ_LEN`."""
     out = np.zeros((len(captions), SEQ_LEN), np.int32)
     for row, caption in enumerate(captions):
-        words = caption.split()
+        words = [*caption.split(), "<eos>"]
         unknown = [w for w in words if w not in _INDEX]
         if unknown or len(words) > SEQ_LEN:
             raise ConfigError(f"caption {caption!r} has unknown words {unknown} or is too long")
@@ -187,9 +188,23 @@ def make_caption_pairs(
     )
 
 
-def zero_shot_prompts() -> Int[np.ndarray, "C P L"]:
-    """Tokens of every prompt template for every class: ``(classes, templates, SEQ_LEN)``."""
-    return np.stack([tokenize([p.format(name=name) for p in PROMPTS]) for name in CLASS_NAMES])
+def zero_shot_prompts(ensemble: bool = True) -> Int[np.ndarray, "C P L"]:
+    """Tokens of every prompt for every class: ``(classes, prompts, SEQ_LEN)``.
+
+    With ``ensemble`` (the default), CLIP's prompt ensembling (Radford et al. 2021, Sec. 3.1.4)
+    over the caption templates with every colour, size and position filled in, so the class
+    embedding marginalises the attributes; otherwise only the bare :data:`PROMPTS`.
+    """
+    if not ensemble:
+        return np.stack([tokenize([p.format(name=n) for p in PROMPTS]) for n in CLASS_NAMES])
+    fills = [
+        t.format(size=size, colour=colour, name="{name}", pos=pos)
+        for t in TEMPLATES
+        for colour in COLOURS
+        for size in SIZES
+        for pos in POSITIONS
+    ]
+    return np.stack([tokenize([f.format(name=n) for f in fills]) for n in CLASS_NAMES])
 
 
 def zero_shot_accuracy(

@@ -63,9 +63,12 @@ def test_held_out_combination(pairs):
 
 
 def test_zero_shot_prompts_and_metrics():
+    bare = C.zero_shot_prompts(ensemble=False)
+    assert bare.shape == (len(C.CLASS_NAMES), len(C.PROMPTS), C.SEQ_LEN)
+    assert _words(bare[19, 0]) == ["a", "boot", "<eos>"]
     prompts = C.zero_shot_prompts()
-    assert prompts.shape == (len(C.CLASS_NAMES), len(C.PROMPTS), C.SEQ_LEN)
-    assert "boot" in _words(prompts[19, 0])
+    assert prompts.shape[:2] == (len(C.CLASS_NAMES), len(C.TEMPLATES) * 7 * 2 * 2)
+    assert all("boot" in _words(p) for p in prompts[19])
     rng = np.random.default_rng(0)
     cls = rng.normal(size=(20, 8))
     prompt_emb = cls[:, None, :] + 0.01 * rng.normal(size=(20, 3, 8))
