@@ -63,7 +63,8 @@ SECOND = " with a {colour} {name}"
 PROMPTS = ("a {name}", "a photo of a {name}", "a picture of the {name}")
 
 _WORDS = {w for t in TEMPLATES + PROMPTS + (SECOND,) for w in t.split() if "{" not in w}
-VOCAB = ("<pad>", "<eos>", *sorted(_WORDS | set(CLASS_NAMES) | set(COLOURS) | set(SIZES) | set(POSITIONS)))
+_WORDS |= set(CLASS_NAMES) | set(COLOURS) | set(SIZES) | set(POSITIONS)
+VOCAB = ("<pad>", "<eos>", *sorted(_WORDS))
 _INDEX = {w: i for i, w in enumerate(VOCAB)}
 
 
