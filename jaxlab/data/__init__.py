@@ -9,4 +9,5 @@ checkpointable batches from them, each host reading its rows) are the path for r
 ``digits_da`` builds the partial domain-adaptation tasks (sklearn digits, MNIST and Fashion-MNIST
 in the 8×8 optdigits format); ``shipped`` locates the files in ``assets/`` (sources and licences in
 ``assets/PROVENANCE.md``). Submodules are imported on use, so importing this package is cheap.
+``captions`` renders image–caption pairs from the shipped images for CLIP-style training.
 """

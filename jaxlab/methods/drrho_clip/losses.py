@@ -1,0 +1,322 @@
+"""DRRho-CLIP's contrastive objectives as pure functions: CLIP, GCL/SogCLR, DRRho, its surrogate.
+
+Notation (Wei et al., ICML 2025, Sec. 4 "DRRho-CLIP"): a batch of B normalised image and text
+embeddings ``img_BD``, ``txt_BD`` with similarities s_ij = img_i·txt_j, and a frozen reference
+model's similarities r_ij computed the same way. For an image anchor i and a text candidate j ≠ i
+the *reference-adjusted margin* is d_ij = ((s_ij − s_ii) − (r_ij − r_ii)) / τ, and the DRRho
+objective (the paper's Eq. (9) written on one batch, with the reference using the target's τ) is
+
+    F = (1/B) Σ_i [ τ log(ε + (1/(B−1)) Σ_{j≠i} exp(d_ij))
+                  + τ log(ε + (1/(B−1)) Σ_{j≠i} exp(d'_ji)) ]
+
+with d'_ji the same margin for text anchor i against image candidates j. Without a reference
+(r ≡ 0) it is the global contrastive loss of SogCLR (Yuan et al. 2022) / FastCLIP (Wei et al.
+2024). Every function works on *anchors against candidates*: ``anchor_BD`` may be a device's local
+rows of the global batch and ``candidate_ND`` all of it, with the positive of local anchor i at
+column ``offset + i``; with ``offset = 0`` and anchors = candidates it is the single-device batch.
+That is what makes the data-parallel form (:mod:`.distributed`) equal the single-device loss.
+
+Training with a moving-average estimator u of the inner mean (γ < 1) differentiates a surrogate
+(:func:`drrho_surrogate`) whose weights exp(d_ij − u_i) are stop-gradient: this is FastCLIP's
+compositional-optimisation gradient estimator, which the authors' code (``src/fast_clip/loss.py``)
+implements. Where the authors' code and the paper's formula differ we follow the code, and say so:
+u_i estimates log(ε + (1/B) Σ_{j≠i} exp(d_ij)) (the mean over all B columns, the diagonal adding
+nothing) while the surrogate divides its weighted sum by B − 1, so for γ = 1 and ε = 0 its
+gradient is B/(B−1) times ∇F (tested). Also as in the code, u lives in the log domain and a sample
+seen for the first time takes the batch estimate itself (:func:`update_log_u`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from jaxlab.core.errors import ConfigError
+
+__all__ = [
+    "ContrastiveTables",
+    "anchor_log_terms",
+    "clip_loss",
+    "distill_loss",
+    "drrho_loss",
+    "drrho_surrogate",
+    "gcl_loss",
+    "init_tables",
+    "margins",
+    "per_pair_clip_loss",
+    "update_log_u",
+]
+
+
+def _check(tau: float, eps: float) -> None:
+    # Traced values (a learned temperature) are not checked: only what a config gives.
+    if isinstance(tau, int | float) and not (tau > 0 and math.isfinite(tau)):
+        raise ConfigError(f"tau must be a positive finite number, got {tau}")
+    if isinstance(eps, int | float) and not (eps >= 0 and math.isfinite(eps)):
+        raise ConfigError(f"eps must be a finite number >= 0, got {eps}")
+
+
+def _check_shapes(*arrays: jax.Array | None) -> None:
+    shapes = [a.shape for a in arrays if a is not None]
+    if any(len(s) != 2 for s in shapes) or len({s[-1] for s in shapes}) > 1:
+        raise ConfigError(f"embeddings must be (B, D) with one D, got shapes {shapes}")
+
+
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a @ b.T`` accumulated in float32 at least (float64 when the inputs are)."""
+    return jnp.dot(a, b.T, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
+
+
+def margins(
+    anchor_BD: Float[Array, "B D"],
+    candidate_ND: Float[Array, "N D"],
+    ref_anchor_BD: Float[Array, "B E"] | None = None,
+    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    *,
+    tau: float,
+    offset: int | jax.Array = 0,
+) -> tuple[Float[Array, "B N"], Bool[Array, "B N"]]:
+    """Reference-adjusted margins d_ij = ((s_ij − s_ii) − (r_ij − r_ii)) / τ (Sec. 4, Eq. (9)).
+
+    Args:
+      anchor_BD, candidate_ND: target embeddings; anchor i's positive is candidate ``offset + i``.
+      ref_anchor_BD, ref_candidate_ND: the reference model's embeddings of the same pairs, or None
+        for no reference (the GCL margins).
+      tau: temperature (the reference uses the target's).
+      offset: column of the first anchor's positive (process_index × local batch when sharded).
+
+    Returns:
+      The margins ``(B, N)`` in float32 and the mask of the negatives (False at the positives).
+    """
+    b, n = anchor_BD.shape[0], candidate_ND.shape[0]
+    pos_B = offset + jnp.arange(b)
+    neg_BN = jnp.arange(n)[None, :] != pos_B[:, None]
+    s_BN = _dot(anchor_BD, candidate_ND)
+    d_BN = s_BN - jnp.take_along_axis(s_BN, pos_B[:, None], axis=1)
+    if ref_anchor_BD is not None:
+        r_BN = _dot(ref_anchor_BD, ref_candidate_ND)
+        d_BN = d_BN - (r_BN - jnp.take_along_axis(r_BN, pos_B[:, None], axis=1))
+    return d_BN / tau, neg_BN
+
+
+def _log_eps_mean(
+    d_BN: Float[Array, "B N"], neg_BN: Bool[Array, "B N"], eps: float, count: int
+) -> Float[Array, " B"]:
+    """log(ε + (1/count) Σ_{j negative} exp(d_ij)), stable for large margins and ε = 0."""
+    lse_B = jax.nn.logsumexp(jnp.where(neg_BN, d_BN, -jnp.inf), axis=1) - math.log(count)
+    return lse_B if eps == 0 else jnp.logaddexp(lse_B, math.log(eps))
+
+
+def anchor_log_terms(
+    anchor_BD: Float[Array, "B D"],
+    candidate_ND: Float[Array, "N D"],
+    ref_anchor_BD: Float[Array, "B E"] | None = None,
+    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    *,
+    tau: float,
+    eps: float,
+    offset: int | jax.Array = 0,
+) -> Float[Array, " B"]:
+    """Per-anchor log(ε + (1/(N−1)) Σ_{j≠i} exp(d_ij)) of Eq. (9), unscaled by τ."""
+    d_BN, neg_BN = margins(
+        anchor_BD, candidate_ND, ref_anchor_BD, ref_candidate_ND, tau=tau, offset=offset
+    )
+    return _log_eps_mean(d_BN, neg_BN, eps, candidate_ND.shape[0] - 1)
+
+
+def drrho_loss(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"] | None,
+    ref_txt_BE: Float[Array, "B E"] | None,
+    *,
+    tau: float,
+    eps: float,
+) -> Float[Array, ""]:
+    """The DRRho-CLIP objective F on one global batch (module docstring; paper Eq. (9)).
+
+    Both directions are summed (image anchors against texts, text anchors against images), as in
+    the formula; ``ref_img_BE = ref_txt_BE = None`` gives exactly :func:`gcl_loss`.
+    """
+    _check(tau, eps)
+    _check_shapes(img_BD, txt_BD)
+    if (ref_img_BE is None) != (ref_txt_BE is None):
+        raise ConfigError("give both reference embeddings (ref_img, ref_txt) or neither")
+    if img_BD.shape[0] < 2 or img_BD.shape[0] != txt_BD.shape[0]:
+        raise ConfigError(f"need B >= 2 matching pairs, got {img_BD.shape} and {txt_BD.shape}")
+    img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BE, ref_txt_BE, tau=tau, eps=eps)
+    txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BE, ref_img_BE, tau=tau, eps=eps)
+    return tau * jnp.mean(img_terms + txt_terms)
+
+
+def gcl_loss(
+    img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float, eps: float
+) -> Float[Array, ""]:
+    """The global contrastive loss of SogCLR/FastCLIP (Eq. (9) without a reference), γ = 1."""
+    return drrho_loss(img_BD, txt_BD, None, None, tau=tau, eps=eps)
+
+
+def clip_loss(
+    img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
+) -> Float[Array, ""]:
+    """CLIP's InfoNCE (Radford et al. 2021): mean cross-entropy of both directions, halved."""
+    return jnp.mean(per_pair_clip_loss(img_BD, txt_BD, tau=tau))
+
+
+def per_pair_clip_loss(
+    img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
+) -> Float[Array, " B"]:
+    """Each pair's InfoNCE within the batch, (image→text + text→image) / 2 (JEST's scores)."""
+    _check_shapes(img_BD, txt_BD)
+    logits_BB = _dot(img_BD, txt_BD) / tau
+    diag_B = jnp.diagonal(logits_BB)
+    img_ce = jax.nn.logsumexp(logits_BB, axis=1) - diag_B
+    txt_ce = jax.nn.logsumexp(logits_BB, axis=0) - diag_B
+    return (img_ce + txt_ce) / 2
+
+
+def distill_loss(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"],
+    ref_txt_BE: Float[Array, "B E"],
+    *,
+    tau: float | jax.Array,
+    ref_tau: float,
+) -> Float[Array, ""]:
+    """Knowledge distillation from the reference: cross-entropy of the target's softmax rows
+    against the reference's (both directions, halved), as the authors' ``distill_loss``."""
+    s_BB = _dot(img_BD, txt_BD) / tau
+    r_BB = jax.lax.stop_gradient(_dot(ref_img_BE, ref_txt_BE) / ref_tau)
+
+    def ce(student, teacher):
+        return -jnp.mean(jnp.sum(jax.nn.softmax(teacher, 1) * jax.nn.log_softmax(student, 1), 1))
+
+    return (ce(s_BB, r_BB) + ce(s_BB.T, r_BB.T)) / 2
+
+
+# --------------------------------------------------------------------- moving-average estimator
+
+
+class ContrastiveTables(NamedTuple):
+    """Per-sample state of the GCL/DRRho estimator, indexed by sample id (length N of the data).
+
+    ``log_u_img[k]``/``log_u_txt[k]`` estimate log(ε + (1/B) Σ_{j≠k} exp(d_kj)) for sample k as an
+    image / text anchor; ``seen[k]`` says whether k has been visited (first-visit rule).
+    """
+
+    log_u_img: Float[Array, " N"]
+    log_u_txt: Float[Array, " N"]
+    seen: Bool[Array, " N"]
+
+
+def init_tables(num_samples: int) -> ContrastiveTables:
+    """Empty tables for ``num_samples`` samples."""
+    if num_samples < 1:
+        raise ConfigError(f"num_samples must be positive, got {num_samples}")
+    zeros = jnp.zeros((num_samples,), jnp.float32)
+    return ContrastiveTables(zeros, zeros, jnp.zeros((num_samples,), bool))
+
+
+def update_log_u(
+    log_u_B: Float[Array, " B"],
+    log_g_B: Float[Array, " B"],
+    seen_B: Bool[Array, " B"],
+    gamma: float,
+) -> Float[Array, " B"]:
+    """u ← (1−γ)·u + γ·g in the log domain; a first visit takes g (FastCLIP, Alg. 1, line 5).
+
+    ``log(1−γ) + log_u`` and ``log γ + log_g`` are combined with ``logaddexp``, so u never leaves
+    the log domain (the inner means span e^{±1/τ}, beyond float32 for τ = 0.01). γ = 1 gives g.
+    """
+    if not 0 < gamma <= 1:
+        raise ConfigError(f"gamma must be in (0, 1], got {gamma}")
+    if gamma == 1:
+        return log_g_B
+    mixed_B = jnp.logaddexp(math.log1p(-gamma) + log_u_B, math.log(gamma) + log_g_B)
+    return jnp.where(seen_B, mixed_B, log_g_B)
+
+
+def _surrogate_direction(
+    d_BN: Float[Array, "B N"], neg_BN: Bool[Array, "B N"], log_u_B: Float[Array, " B"]
+) -> Float[Array, " B"]:
+    """(1/(N−1)) Σ_{j≠i} sg(exp(d_ij − u_i)) · d_ij per anchor."""
+    w_BN = jax.lax.stop_gradient(jnp.where(neg_BN, jnp.exp(d_BN - log_u_B[:, None]), 0.0))
+    return jnp.sum(w_BN * jnp.where(neg_BN, d_BN, 0.0), axis=1) / (d_BN.shape[1] - 1)
+
+
+def drrho_surrogate(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"] | None,
+    ref_txt_BE: Float[Array, "B E"] | None,
+    tables: ContrastiveTables,
+    ids_B: Int[Array, " B"],
+    *,
+    tau: float,
+    eps: float,
+    gamma: float,
+    anchors: slice | None = None,
+    offset: int | jax.Array = 0,
+) -> tuple[Float[Array, ""], ContrastiveTables]:
+    """FastCLIP's weighted surrogate of F with the moving-average estimator (γ < 1 or = 1).
+
+    Value = τ · mean_i Σ_dir (1/(N−1)) Σ_{j≠i} sg(exp(d_ij − u_i)) d_ij, where u_i is the updated
+    estimate of log(ε + (1/N) Σ_{j≠i} exp(d_ij)); only its gradient means anything (module
+    docstring: for γ = 1, ε = 0 it is B/(B−1)·∇F). The value is *not* F; report F beside it.
+
+    Args:
+      img_BD, txt_BD: the global batch (candidates); ``ref_*`` the reference's, or None (GCL).
+      tables: the per-sample estimates; ``ids_B`` the sample ids of the anchors.
+      anchors: which rows of the global batch are this device's anchors (default: all); their
+        positives sit at ``offset + i``.
+
+    Returns:
+      The surrogate (mean over the anchors) and the tables with the anchors' entries updated.
+    """
+    _check(tau, eps)
+    rows = anchors or slice(None)
+    ref = ref_img_BE is not None
+    d_img, neg = margins(
+        img_BD[rows],
+        txt_BD,
+        ref_img_BE[rows] if ref else None,
+        ref_txt_BE,
+        tau=tau,
+        offset=offset,
+    )
+    d_txt, _ = margins(
+        txt_BD[rows],
+        img_BD,
+        ref_txt_BE[rows] if ref else None,
+        ref_img_BE,
+        tau=tau,
+        offset=offset,
+    )
+    n = img_BD.shape[0]
+    seen = tables.seen[ids_B]
+    log_u_img = update_log_u(
+        tables.log_u_img[ids_B],
+        jax.lax.stop_gradient(_log_eps_mean(d_img, neg, eps, n)),
+        seen,
+        gamma,
+    )
+    log_u_txt = update_log_u(
+        tables.log_u_txt[ids_B],
+        jax.lax.stop_gradient(_log_eps_mean(d_txt, neg, eps, n)),
+        seen,
+        gamma,
+    )
+    value = jnp.mean(
+        _surrogate_direction(d_img, neg, log_u_img) + _surrogate_direction(d_txt, neg, log_u_txt)
+    )
+    new = ContrastiveTables(
+        tables.log_u_img.at[ids_B].set(log_u_img),
+        tables.log_u_txt.at[ids_B].set(log_u_txt),
+        tables.seen.at[ids_B].set(True),
+    )
+    return tau * value, new

@@ -1,0 +1,98 @@
+"""The steps both DRRho-CLIP experiments share: data, a reference, a target, and their evaluation.
+
+:class:`DataConfig` renders the pairs (noisy training pairs, a small clean subset for the weak
+reference, held-out test images, the held-out attribute combination); :func:`train` runs one
+:class:`~.task.CLIPTask` through the shared loop in its own workdir (re-running resumes it) and
+returns the trained model; :func:`evaluate` gives zero-shot accuracy (prompt ensembles over the 20
+classes) on the held-out images and on the held-out combination, and image↔text recall@1 among the
+held-out pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core.config import TrainConfig, check
+from jaxlab.core.loop import run_training
+from jaxlab.data.captions import (
+    CaptionPairs,
+    make_caption_pairs,
+    recall_at_k,
+    zero_shot_accuracy,
+    zero_shot_prompts,
+)
+from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
+from jaxlab.methods.drrho_clip.task import CLIPTask, LossConfig, embed_pairs, restore_model
+
+__all__ = ["DataConfig", "Splits", "evaluate", "make_splits", "train"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Sizes and noise of the rendered pairs (:mod:`jaxlab.data.captions`)."""
+
+    train_pairs: int = 8000
+    noise: float = 0.3  # fraction of mismatched training pairs
+    reference_pairs: int = 1000  # the reference's small clean subset
+    test_pairs: int = 1000  # held-out images, all attribute combinations but the held-out one
+    held_out_pairs: int = 500  # held-out images with the held-out attribute combination
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(0 <= self.noise < 1, "data.noise must be in [0, 1)")
+        for name in ("train_pairs", "reference_pairs", "test_pairs", "held_out_pairs"):
+            check(getattr(self, name) > 1, f"data.{name} must be at least 2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    train: CaptionPairs
+    reference: CaptionPairs
+    test: CaptionPairs
+    held_out: CaptionPairs
+
+
+def make_splits(cfg: DataConfig, train_pairs: int | None = None) -> Splits:
+    """Renders the splits; ``train_pairs`` overrides the size of the noisy training set."""
+    s = cfg.seed * 4  # distinct streams per split
+    return Splits(
+        make_caption_pairs("train", train_pairs or cfg.train_pairs, seed=s, noise=cfg.noise),
+        make_caption_pairs("train", cfg.reference_pairs, seed=s + 1),
+        make_caption_pairs("test", cfg.test_pairs, seed=s + 2),
+        make_caption_pairs("test", cfg.held_out_pairs, seed=s + 3, held_out="only"),
+    )
+
+
+def train(
+    model_cfg: CLIPConfig,
+    loss_cfg: LossConfig,
+    train_cfg: TrainConfig,
+    pairs: CaptionPairs,
+    eval_pairs: CaptionPairs,
+    workdir: pathlib.Path,
+    reference: CLIPModel | None = None,
+) -> tuple[CLIPModel, dict]:
+    """Trains one target (or reference) with the shared loop; returns the model and its summary."""
+    task = CLIPTask(model_cfg, loss_cfg, pairs, eval_pairs, reference=reference)
+    summary = run_training(task, train_cfg, workdir, verbose=False)
+    return restore_model(task, train_cfg, workdir), summary
+
+
+def evaluate(model: CLIPModel, splits: Splits) -> dict[str, float]:
+    """Zero-shot accuracy (test images, held-out combination) and recall@1 (test pairs)."""
+    prompts = zero_shot_prompts()
+    flat = prompts.reshape(-1, prompts.shape[-1])
+    prompt_emb = np.asarray(model.encode_text(jnp.asarray(flat))).reshape(*prompts.shape[:2], -1)
+    out = {}
+    for name, pairs in (("test", splits.test), ("held_out", splits.held_out)):
+        img, txt = embed_pairs(model, pairs.images, pairs.tokens)
+        out[f"zero_shot_{name}"] = zero_shot_accuracy(img, prompt_emb, pairs.labels)
+        if name == "test":
+            recall = recall_at_k(img, txt, k=1)
+            out["recall1_image_to_text"] = recall["image_to_text"]
+            out["recall1_text_to_image"] = recall["text_to_image"]
+    return out

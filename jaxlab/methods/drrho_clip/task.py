@@ -1,0 +1,260 @@
+"""DRRho-CLIP and its baselines as one :class:`jaxlab.core.task.Task` for the shared loop.
+
+``objective`` picks what is minimised on the same towers, data and temperature:
+
+* ``"clip"`` — InfoNCE (CLIP); ``"gcl"`` — the global contrastive loss through FastCLIP's
+  surrogate with the moving-average tables (γ); ``"drrho"`` — the same with the reference's
+  margins subtracted (paper Eq. (9), Sec. 4);
+* ``"kd"`` — CLIP plus ``kd_weight`` × distillation from the reference's similarity rows;
+  ``"drrho_kd"`` — DRRho plus the same distillation term (the paper's DRRho + KD, Table 3);
+* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified to independent scores): each
+  step draws a super-batch of ``batch / jest_keep`` pairs, scores each pair by learner loss −
+  reference loss (its in-batch InfoNCE, no gradient), keeps the top ``batch`` pairs and takes a
+  CLIP step on them.
+
+The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
+never differentiated: either its embeddings of every training pair, computed once
+(``reference_mode="cached"``, the paper's setting: the reference sees the same un-augmented data),
+or its parameters (``"online"``: embeddings computed in each step under ``stop_gradient``). The
+per-sample tables (log u for image and text anchors, first-visit flags) are task state too.
+
+Metrics: in training ``loss`` is the objective's value — F itself (not the surrogate) for GCL and
+DRRho; in evaluation ``loss`` is the CLIP loss of the eval batch for every objective (one yardstick)
+and ``zero_shot_acc`` the zero-shot accuracy of the batch's images with the class prompts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.config import TrainConfig, check
+from jaxlab.core.errors import RunError
+from jaxlab.core.mesh import AxisRules, make_mesh, state_shardings
+from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
+from jaxlab.core.step import create_state, merge_state
+from jaxlab.data.batching import index_batch_dataset
+from jaxlab.data.captions import CaptionPairs, zero_shot_prompts
+from jaxlab.methods.drrho_clip import losses as L
+from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
+
+__all__ = ["CLIPTask", "LossConfig", "embed_pairs", "restore_model"]
+
+Objective = Literal["clip", "gcl", "drrho", "kd", "drrho_kd", "jest"]
+NEEDS_REFERENCE = ("drrho", "kd", "drrho_kd", "jest")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """What is minimised (module docstring). ``tau`` is fixed for every objective."""
+
+    objective: Objective = "drrho"
+    tau: float = 0.05
+    eps: float = 1e-4  # ε of the GCL/DRRho log (paper's ViT-B/16 run: 1e-4)
+    gamma: float = 1.0  # moving-average rate of u; 1 = the batch estimate (paper: 1)
+    kd_weight: float = 1.0
+    ref_tau: float = 0.05  # the reference's temperature in the distillation targets
+    jest_keep: float = 0.5  # fraction of the super-batch JEST keeps
+    reference_mode: Literal["cached", "online"] = "cached"
+
+    def __post_init__(self) -> None:
+        check(
+            self.objective in ("clip", "gcl", "drrho", "kd", "drrho_kd", "jest"),
+            f"loss.objective must be one of clip, gcl, drrho, kd, drrho_kd, jest; got "
+            f"{self.objective!r}",
+        )
+        check(self.tau > 0 and self.ref_tau > 0, "loss.tau and loss.ref_tau must be positive")
+        check(self.eps >= 0, "loss.eps must be >= 0")
+        check(0 < self.gamma <= 1, f"loss.gamma must be in (0, 1], got {self.gamma}")
+        check(0 < self.jest_keep <= 1, f"loss.jest_keep must be in (0, 1], got {self.jest_keep}")
+        check(
+            self.reference_mode in ("cached", "online"),
+            "loss.reference_mode must be 'cached' or 'online'",
+        )
+
+
+def _as_float(images: np.ndarray) -> np.ndarray:
+    return images.astype(np.float32) / np.float32(255.0)
+
+
+def embed_pairs(
+    model: CLIPModel, images: np.ndarray, tokens: np.ndarray, batch_size: int = 500
+) -> tuple[np.ndarray, np.ndarray]:
+    """Image and text embeddings of uint8 images and tokens, in batches (jitted once)."""
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def embed(state, x, t):
+        return nnx.merge(graphdef, state)(x, t)
+
+    outs = [
+        embed(state, _as_float(images[i : i + batch_size]), tokens[i : i + batch_size])
+        for i in range(0, len(images), batch_size)
+    ]
+    return tuple(np.concatenate([np.asarray(o[k]) for o in outs]) for k in (0, 1))
+
+
+@dataclasses.dataclass
+class CLIPTask:
+    """Contrastive image–text training on rendered caption pairs (see the module docstring).
+
+    Args:
+      model: the towers' shapes; ``loss``: the objective.
+      train, eval: caption pairs (``eval`` supplies the loop's eval batches).
+      reference: the frozen reference model (same interface), needed by NEEDS_REFERENCE.
+    """
+
+    model: CLIPConfig
+    loss_cfg: LossConfig
+    train: CaptionPairs
+    eval: CaptionPairs
+    reference: CLIPModel | None = None
+
+    def __post_init__(self) -> None:
+        check(
+            self.loss_cfg.objective not in NEEDS_REFERENCE or self.reference is not None,
+            f"loss.objective={self.loss_cfg.objective!r} needs a reference model",
+        )
+        self.prompts = jnp.asarray(zero_shot_prompts())
+        if self.reference is not None:
+            self._ref_def, ref_state = nnx.split(self.reference)
+            self._ref_leaves, self._ref_tree = jax.tree.flatten(ref_state)
+            if self.loss_cfg.reference_mode == "cached":
+                # Computed once, eagerly: init_task_state runs under jit, where it is a constant.
+                self._ref_cache = embed_pairs(self.reference, self.train.images, self.train.tokens)
+
+    # ------------------------------------------------------------------ the Task protocol
+
+    def build_model(self, rngs: nnx.Rngs) -> CLIPModel:
+        return CLIPModel(self.model, rngs=rngs)
+
+    def init_task_state(self, key: jax.Array) -> dict[str, Any]:
+        del key
+        state: dict[str, Any] = {"tables": L.init_tables(len(self.train.images))}
+        if self.reference is not None:
+            if self.loss_cfg.reference_mode == "cached":
+                state["ref_img"], state["ref_txt"] = map(jnp.asarray, self._ref_cache)
+            else:
+                state["ref_params"] = [jnp.asarray(x) for x in self._ref_leaves]
+        return state
+
+    def _reference_embeddings(self, batch, task_state):
+        if "ref_img" in task_state:
+            ids = batch["index"]
+            return task_state["ref_img"][ids], task_state["ref_txt"][ids]
+        ref = nnx.merge(self._ref_def, jax.tree.unflatten(self._ref_tree, task_state["ref_params"]))
+        out = ref(batch["image"], batch["tokens"])
+        return jax.lax.stop_gradient(out[0]), jax.lax.stop_gradient(out[1])
+
+    def loss(self, model: CLIPModel, batch: Mapping[str, jax.Array], key, task_state):
+        c = self.loss_cfg
+        if key is None:  # evaluation: one yardstick for every objective
+            img, txt = model(batch["image"], batch["tokens"])
+            prompt_CPE = model.encode_text(self.prompts.reshape(-1, self.prompts.shape[-1]))
+            cls_CE = prompt_CPE.reshape(*self.prompts.shape[:2], -1).mean(1)
+            pred = jnp.argmax(img @ cls_CE.T, axis=1)
+            metrics = {
+                "loss": L.clip_loss(img, txt, tau=c.tau),
+                "zero_shot_acc": jnp.mean(pred == batch["label"]),
+            }
+            return metrics["loss"], metrics, task_state
+        if c.objective == "jest":
+            batch = self._jest_select(model, batch, task_state)
+        img, txt = model(batch["image"], batch["tokens"])
+        ref = self._reference_embeddings(batch, task_state) if self.reference is not None else None
+        tables = task_state["tables"]
+        metrics: dict[str, jax.Array] = {}
+        if c.objective in ("clip", "kd", "jest"):
+            objective = L.clip_loss(img, txt, tau=c.tau)
+            metrics["loss"] = objective
+        else:
+            r_img, r_txt = ref if c.objective != "gcl" else (None, None)
+            objective, tables = L.drrho_surrogate(
+                img, txt, r_img, r_txt, tables, batch["index"], tau=c.tau, eps=c.eps, gamma=c.gamma
+            )
+            metrics["loss"] = L.drrho_loss(
+                jax.lax.stop_gradient(img),
+                jax.lax.stop_gradient(txt),
+                r_img,
+                r_txt,
+                tau=c.tau,
+                eps=c.eps,
+            )
+        if c.objective in ("kd", "drrho_kd"):
+            kd = L.distill_loss(img, txt, *ref, tau=c.tau, ref_tau=c.ref_tau)
+            objective = objective + c.kd_weight * kd
+            metrics["distill"] = kd
+            metrics["loss"] = metrics["loss"] + c.kd_weight * kd
+        metrics["clip_loss"] = L.clip_loss(
+            jax.lax.stop_gradient(img), jax.lax.stop_gradient(txt), tau=c.tau
+        )
+        return objective, metrics, {**task_state, "tables": tables}
+
+    def _jest_select(self, model, batch, task_state):
+        """Keeps the super-batch's top pairs by learnability = learner − reference InfoNCE."""
+        n_keep = round(batch["index"].shape[0] * self.loss_cfg.jest_keep)
+        img, txt = model(batch["image"], batch["tokens"])
+        learner = L.per_pair_clip_loss(img, txt, tau=self.loss_cfg.tau)
+        ref_img, ref_txt = self._reference_embeddings(batch, task_state)
+        reference = L.per_pair_clip_loss(ref_img, ref_txt, tau=self.loss_cfg.tau)
+        _, top = jax.lax.top_k(jax.lax.stop_gradient(learner - reference), n_keep)
+        return {name: x[top] for name, x in batch.items()}
+
+    def _dataset(self, pairs: CaptionPairs, batch_size: int, seed: int, shuffle: bool):
+        images, tokens, labels = pairs.images, pairs.tokens, pairs.labels
+
+        def gather(idx):
+            return {
+                "image": _as_float(images[idx]),
+                "tokens": tokens[idx],
+                "label": labels[idx],
+                "index": idx.astype(np.int32),
+            }
+
+        return index_batch_dataset(
+            len(images), gather, batch_size=batch_size, seed=seed, shuffle=shuffle
+        )
+
+    def train_iterator(self, batch_size: int, seed: int):
+        if self.loss_cfg.objective == "jest":  # a super-batch; the loss keeps batch_size rows
+            batch_size = round(batch_size / self.loss_cfg.jest_keep)
+        return iter(self._dataset(self.train, batch_size, seed, shuffle=True))
+
+    def eval_batches(self, batch_size: int, num_batches: int) -> list[dict[str, np.ndarray]]:
+        it = iter(self._dataset(self.eval, batch_size, 0, shuffle=False))
+        return [next(it) for _ in range(min(num_batches, len(self.eval.images) // batch_size))]
+
+    def units_per_example(self) -> tuple[int, str]:
+        return 1, "pairs"
+
+
+def restore_model(task: CLIPTask, cfg: TrainConfig, workdir: str | pathlib.Path) -> CLIPModel:
+    """The trained model of a finished :func:`jaxlab.core.loop.run_training` run in ``workdir``.
+
+    Rebuilds the loop's abstract train state (its default AdamW, the task state) and restores the
+    newest checkpoint, so a trained reference can be handed to the next task.
+    """
+    tx = make_optimizer(cfg, default_decay_mask, schedule=make_schedule(cfg, cfg.steps))
+    key = jax.random.split(jax.random.key(cfg.seed))[0]  # the loop's init key
+    graphdef, abstract = jax.eval_shape(functools.partial(create_state, task, tx), key)
+    shardings = state_shardings(abstract, make_mesh(), AxisRules())
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
+    ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints")
+    try:
+        restored = ckpt.restore(abstract, task.train_iterator(cfg.batch_size, cfg.seed))
+    finally:
+        ckpt.close()
+    if restored is None:
+        raise RunError(f"no checkpoint in {workdir}: train the model there first")
+    return merge_state(graphdef, restored.state).model

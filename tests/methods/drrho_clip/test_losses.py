@@ -1,0 +1,236 @@
+"""DRRho-CLIP losses against a float64 numpy reference, and the properties the paper relies on.
+
+No-reference reduction to GCL (value and gradient), invariance to per-anchor constants in the
+reference, uniform weights when the reference equals the target, the surrogate's gradient relation
+B/(B−1)·∇F, the log-domain moving average with its first-visit rule, image/text symmetry, and the
+general DRRho risks against numpy.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.methods.drrho_clip import losses as L
+from jaxlab.methods.drrho_clip.risk import drrho_risk_cvar, drrho_risk_kl
+
+B, D, E = 6, 5, 4
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    rng = np.random.default_rng(0)
+    return [_unit(rng.normal(size=(B, k))).astype(np.float32) for k in (D, D, E, E)]
+
+
+def numpy_drrho(img, txt, rimg, rtxt, tau, eps):
+    """Eq. (9) in float64 with explicit loops (independent of the jnp code)."""
+    img, txt = np.float64(img), np.float64(txt)
+    s = img @ txt.T
+    r = np.zeros_like(s) if rimg is None else np.float64(rimg) @ np.float64(rtxt).T
+    n = len(s)
+    total = 0.0
+    for i in range(n):
+        row = [
+            math.exp(((s[i, j] - s[i, i]) - (r[i, j] - r[i, i])) / tau) for j in range(n) if j != i
+        ]
+        col = [
+            math.exp(((s[j, i] - s[i, i]) - (r[j, i] - r[i, i])) / tau) for j in range(n) if j != i
+        ]
+        total += tau * math.log(eps + sum(row) / (n - 1)) + tau * math.log(eps + sum(col) / (n - 1))
+    return total / n
+
+
+@pytest.mark.parametrize("tau,eps", [(0.5, 0.0), (0.1, 1e-4), (0.05, 0.3)])
+def test_drrho_matches_float64_reference(batch, tau, eps):
+    img, txt, rimg, rtxt = batch
+    got = L.drrho_loss(img, txt, rimg, rtxt, tau=tau, eps=eps)
+    np.testing.assert_allclose(got, numpy_drrho(img, txt, rimg, rtxt, tau, eps), rtol=2e-5)
+    got = L.gcl_loss(img, txt, tau=tau, eps=eps)
+    np.testing.assert_allclose(got, numpy_drrho(img, txt, None, None, tau, eps), rtol=2e-5)
+
+
+def test_no_reference_is_gcl_value_and_gradient(batch):
+    img, txt, _, _ = batch
+    zero = np.zeros((B, E), np.float32)  # r ≡ 0: the reference term vanishes
+    f = lambda i, t, ri, rt: L.drrho_loss(i, t, ri, rt, tau=0.1, eps=1e-3)  # noqa: E731
+    v0, g0 = jax.value_and_grad(f, argnums=(0, 1))(img, txt, None, None)
+    v1, g1 = jax.value_and_grad(f, argnums=(0, 1))(img, txt, zero, zero)
+    vg, gg = jax.value_and_grad(lambda i, t: L.gcl_loss(i, t, tau=0.1, eps=1e-3), (0, 1))(img, txt)
+    assert v0 == vg
+    np.testing.assert_allclose(v0, v1, rtol=1e-6)
+    for a, b, c in zip(g0, g1, gg, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_matches_finite_differences(batch, x64):
+    img, txt, rimg, rtxt = (np.float64(x) for x in batch)
+    f = lambda i: L.drrho_loss(i, txt, rimg, rtxt, tau=0.3, eps=1e-2)  # noqa: E731
+    g = np.asarray(jax.grad(f)(img))
+    direction = np.random.default_rng(1).normal(size=img.shape)
+    h = 1e-6
+    fd = (f(img + h * direction) - f(img - h * direction)) / (2 * h)
+    np.testing.assert_allclose(np.sum(g * direction), fd, rtol=1e-6)
+
+
+def test_invariant_to_per_anchor_constants_in_reference(batch):
+    # Adding c_i to every r_ij of image anchor i (and to every r_ji of text anchor i) leaves the
+    # margins r_ij − r_ii unchanged. Realised with an extra reference coordinate: ref_img gets c_i,
+    # ref_txt gets 1, so r_ij gains c_i for all j.
+    img, txt, rimg, rtxt = batch
+    c = np.random.default_rng(2).normal(size=(B, 1)).astype(np.float32)
+    base_i = L.anchor_log_terms(img, txt, rimg, rtxt, tau=0.1, eps=0.0)
+    shifted_i = L.anchor_log_terms(
+        img, txt, np.hstack([rimg, c]), np.hstack([rtxt, np.ones_like(c)]), tau=0.1, eps=0.0
+    )
+    np.testing.assert_allclose(base_i, shifted_i, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(
+        L.anchor_log_terms(img, txt, np.hstack([rimg, c]), np.hstack([rtxt, c]), tau=0.1, eps=0),
+        base_i,
+    )  # a constant that is not per-anchor does change it: the test can fail
+
+
+def test_reference_equal_to_target_gives_uniform_weights(batch):
+    img, txt, _, _ = batch
+    sg = jax.lax.stop_gradient
+    d, neg = L.margins(img, txt, sg(img), sg(txt), tau=0.05)
+    np.testing.assert_allclose(d, 0.0, atol=1e-6)
+    # The gradient of F is Σ_j w_ij ∇d_ij with w = softmax over the negatives: uniform 1/(B−1).
+    lt = lambda i: L.anchor_log_terms(i, txt, sg(img), sg(txt), tau=0.05, eps=0.0)  # noqa: E731
+    # F at a copy of the target is log 1 = 0, and its gradient is the mean of ∇d over negatives.
+    np.testing.assert_allclose(lt(img), 0.0, atol=1e-6)
+    g = jax.grad(lambda i: jnp.sum(lt(i)))(img)
+    # ∇_{img_i} (1/τ) mean_{j≠i}(s_ij − s_ii) = (1/τ)(mean_{j≠i} txt_j − txt_i)
+    want = np.stack([(np.delete(txt, i, 0).mean(0) - txt[i]) / 0.05 for i in range(B)])
+    np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+
+
+def test_surrogate_gradient_is_scaled_gradient_of_f(batch):
+    img, txt, rimg, rtxt = batch
+    tables = L.init_tables(B + 3)
+    ids = jnp.arange(B) + 2
+
+    def sur(i, t):
+        return L.drrho_surrogate(i, t, rimg, rtxt, tables, ids, tau=0.2, eps=0.0, gamma=1.0)[0]
+
+    gs = jax.grad(sur, (0, 1))(img, txt)
+    gf = jax.grad(lambda i, t: L.drrho_loss(i, t, rimg, rtxt, tau=0.2, eps=0.0), (0, 1))(img, txt)
+    for a, b in zip(gs, gf, strict=True):
+        np.testing.assert_allclose(a, B / (B - 1) * b, rtol=1e-4, atol=1e-5)
+    # With eps > 0 the relation does not hold: the test distinguishes the two.
+    gs_eps = jax.grad(
+        lambda i: L.drrho_surrogate(i, txt, rimg, rtxt, tables, ids, tau=0.2, eps=5.0, gamma=1.0)[0]
+    )(img)
+    assert not np.allclose(gs_eps, B / (B - 1) * gf[0], rtol=1e-2)
+
+
+def test_moving_average_log_domain_and_first_visit():
+    log_u = jnp.array([0.0, 2.0, -1.0, 50.0])
+    log_g = jnp.array([1.0, -3.0, 4.0, 60.0])
+    seen = jnp.array([False, True, True, True])
+    got = L.update_log_u(log_u, log_g, seen, 0.3)
+    want = np.log(0.7 * np.exp(np.float64(log_u)) + 0.3 * np.exp(np.float64(log_g)))
+    want[0] = 1.0  # first visit: the batch estimate itself
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(L.update_log_u(log_u, log_g, seen, 1.0), log_g)
+    with pytest.raises(ConfigError, match="gamma"):
+        L.update_log_u(log_u, log_g, seen, 0.0)
+
+
+def test_surrogate_tables_update_and_first_visit(batch):
+    img, txt, rimg, rtxt = batch
+    tables = L.init_tables(10)
+    ids = jnp.array([7, 1, 3, 0, 9, 4])
+    kw = dict(tau=0.2, eps=1e-3, gamma=0.25)
+    _, t1 = L.drrho_surrogate(img, txt, rimg, rtxt, tables, ids, **kw)
+    d, neg = L.margins(img, txt, rimg, rtxt, tau=0.2)
+    g = np.log(1e-3 + np.where(neg, np.exp(np.float64(d)), 0).sum(1) / B)  # 1/B: authors' code
+    np.testing.assert_allclose(t1.log_u_img[ids], g, rtol=1e-5)
+    assert t1.seen[ids].all() and not t1.seen[np.array([2, 5, 6, 8])].any()
+    _, t2 = L.drrho_surrogate(img, txt, rimg, rtxt, t1, ids, **kw)  # second visit: mixes
+    np.testing.assert_allclose(t2.log_u_img[ids], g, rtol=1e-5)  # same batch: fixed point
+    shifted = jnp.roll(txt, 1, axis=0)
+    _, t3 = L.drrho_surrogate(img, shifted, rimg, rtxt, t1, ids, **kw)
+    d3, _ = L.margins(img, shifted, rimg, rtxt, tau=0.2)
+    g3 = np.log(1e-3 + np.where(neg, np.exp(np.float64(d3)), 0).sum(1) / B)
+    want = np.log(0.75 * np.exp(g) + 0.25 * np.exp(g3))
+    np.testing.assert_allclose(t3.log_u_img[ids], want, rtol=1e-5)
+
+
+def test_image_text_symmetry(batch):
+    img, txt, rimg, rtxt = batch
+    a = L.drrho_loss(img, txt, rimg, rtxt, tau=0.1, eps=1e-4)
+    b = L.drrho_loss(txt, img, rtxt, rimg, tau=0.1, eps=1e-4)
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(L.clip_loss(img, txt, tau=0.1), L.clip_loss(txt, img, tau=0.1))
+    ga = jax.grad(lambda i, t: L.drrho_loss(i, t, rimg, rtxt, tau=0.1, eps=1e-4), (0, 1))(img, txt)
+    gb = jax.grad(lambda t, i: L.drrho_loss(t, i, rtxt, rimg, tau=0.1, eps=1e-4), (1, 0))(txt, img)
+    for x, y in zip(ga, gb, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_loss_matches_numpy(batch):
+    img, txt, _, _ = batch
+    logits = np.float64(img) @ np.float64(txt).T / 0.07
+
+    def ce(m):
+        return np.mean(np.log(np.exp(m).sum(1)) - np.diag(m))
+
+    np.testing.assert_allclose(
+        L.clip_loss(img, txt, tau=0.07), (ce(logits) + ce(logits.T)) / 2, rtol=1e-5
+    )
+
+
+def test_distill_is_minimised_by_matching_the_teacher(batch):
+    img, txt, _, _ = batch
+    same = L.distill_loss(img, txt, img, txt, tau=0.1, ref_tau=0.1)
+    other = L.distill_loss(img, txt, jnp.roll(img, 1, 0), txt, tau=0.1, ref_tau=0.1)
+    assert same < other
+    # At the teacher the cross-entropy equals the teacher's entropy.
+    p = jax.nn.softmax(np.float64(img) @ np.float64(txt).T / 0.1, 1)
+    q = jax.nn.softmax(np.float64(txt) @ np.float64(img).T / 0.1, 1)
+    ent = (-np.sum(p * np.log(p), 1).mean() - np.sum(q * np.log(q), 1).mean()) / 2
+    np.testing.assert_allclose(same, ent, rtol=1e-4)
+
+
+def test_bad_inputs_are_config_errors(batch):
+    img, txt, rimg, rtxt = batch
+    with pytest.raises(ConfigError, match="tau"):
+        L.drrho_loss(img, txt, rimg, rtxt, tau=0.0, eps=0.0)
+    with pytest.raises(ConfigError, match="eps"):
+        L.drrho_loss(img, txt, rimg, rtxt, tau=0.1, eps=-1.0)
+    with pytest.raises(ConfigError, match="both"):
+        L.drrho_loss(img, txt, rimg, None, tau=0.1, eps=0.0)
+    with pytest.raises(ConfigError, match="B >= 2"):
+        L.drrho_loss(img[:3], txt, None, None, tau=0.1, eps=0.0)
+
+
+def test_drrho_risks_against_numpy():
+    rng = np.random.default_rng(3)
+    loss, ref = (
+        rng.exponential(size=17).astype(np.float32),
+        rng.exponential(size=17).astype(np.float32),
+    )
+    x = np.float64(loss) - np.float64(ref)
+    for tau in (0.1, 1.0, 1e4):
+        want = tau * np.log(np.mean(np.exp(x / tau)))
+        np.testing.assert_allclose(drrho_risk_kl(loss, ref, tau=tau), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(drrho_risk_kl(loss, ref, tau=1e4), x.mean(), atol=1e-3)
+    for alpha in (0.1, 0.5, 1.0):
+        k = math.ceil(alpha * 17)
+        np.testing.assert_allclose(
+            drrho_risk_cvar(loss, ref, alpha=alpha), np.sort(x)[-k:].mean(), rtol=1e-5
+        )
+    g = jax.grad(lambda lo: drrho_risk_kl(lo, ref, tau=0.5))(loss)
+    np.testing.assert_allclose(g, jax.nn.softmax(x / 0.5), rtol=1e-4, atol=1e-6)  # softmax
+    assert np.all(jax.grad(lambda r: drrho_risk_kl(loss, r, tau=0.5))(ref) == 0)
+    with pytest.raises(ConfigError, match="alpha"):
+        drrho_risk_cvar(loss, ref, alpha=0.0)

@@ -1,0 +1,131 @@
+"""Towers and the CLIP task: shapes and normalisation, a frozen reference that never changes, every
+objective stepping through the loop's own train step, and a short run of the shared loop."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.loop import run_training
+from jaxlab.core.optim import make_optimizer
+from jaxlab.core.step import create_state, make_train_step, merge_state
+from jaxlab.data.captions import VOCAB, make_caption_pairs
+from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
+from jaxlab.methods.drrho_clip.task import CLIPTask, LossConfig, embed_pairs, restore_model
+
+MLP = CLIPConfig(image_tower="mlp", width=16, depth=1, heads=2, vocab_size=len(VOCAB), embed_dim=8)
+VIT = CLIPConfig(image_tower="vit", width=16, depth=1, heads=2, vocab_size=len(VOCAB), embed_dim=8)
+B = 8
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_caption_pairs("train", 48, seed=0, noise=0.25), make_caption_pairs(
+        "test", 16, seed=1
+    )
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return CLIPModel(MLP, rngs=nnx.Rngs(params=7))
+
+
+@pytest.mark.parametrize("cfg", [MLP, VIT], ids=["mlp", "vit"])
+def test_towers_give_unit_embeddings(cfg, data):
+    model = CLIPModel(cfg, rngs=nnx.Rngs(params=0))
+    img, txt = embed_pairs(model, data[0].images[:5], data[0].tokens[:5])
+    assert img.shape == txt.shape == (5, 8)
+    np.testing.assert_allclose(np.linalg.norm(img, axis=1), 1, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(txt, axis=1), 1, rtol=1e-5)
+    # padding after the caption does not change its embedding (read at the last real token)
+    t = data[0].tokens[:1].copy()
+    longer = embed_pairs(model, data[0].images[:1], t)[1]
+    n = int((t != 0).sum())
+    t2 = t.copy()
+    t2[0, n:] = 0
+    np.testing.assert_array_equal(longer, embed_pairs(model, data[0].images[:1], t2)[1])
+
+
+def _step(task, objective_batch_size=B):
+    tx = make_optimizer(TrainConfig(learning_rate=1e-2, warmup_steps=0, steps=2))
+    graphdef, state = create_state(task, tx, jax.random.key(0))
+    step = jax.jit(make_train_step(task, graphdef))
+    batch = next(task.train_iterator(objective_batch_size, 0))
+    new_state, metrics = step(state, batch, jax.random.key(1))
+    return merge_state(graphdef, state), merge_state(graphdef, new_state), metrics, batch
+
+
+@pytest.mark.parametrize("objective", ["clip", "gcl", "drrho", "kd", "drrho_kd", "jest"])
+def test_every_objective_steps(objective, data, reference):
+    task = CLIPTask(MLP, LossConfig(objective=objective, gamma=0.5), *data, reference=reference)
+    before, after, metrics, batch = _step(task)
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+    changed = jax.tree.map(
+        lambda a, b: bool(np.any(a != b)),
+        nnx.state(before.model, nnx.Param),
+        nnx.state(after.model, nnx.Param),
+    )
+    assert any(jax.tree.leaves(changed))
+    seen = np.asarray(after.task_state["tables"].seen)
+    if objective in ("gcl", "drrho", "drrho_kd"):
+        assert seen.sum() == B and seen[batch["index"]].all()  # tables updated at the batch ids
+    else:
+        assert seen.sum() == 0
+
+
+@pytest.mark.parametrize("mode", ["cached", "online"])
+def test_reference_is_bit_identical_after_a_step(mode, data, reference):
+    ref_before = jax.tree.map(np.array, nnx.state(reference, nnx.Param))
+    task = CLIPTask(
+        MLP, LossConfig(objective="drrho_kd", reference_mode=mode), *data, reference=reference
+    )
+    before, after, _, _ = _step(task)
+    for key in before.task_state:
+        if key != "tables":
+            jax.tree.map(
+                np.testing.assert_array_equal, before.task_state[key], after.task_state[key]
+            )
+    jax.tree.map(np.testing.assert_array_equal, ref_before, nnx.state(reference, nnx.Param))
+    if mode == "cached":
+        want = embed_pairs(reference, data[0].images, data[0].tokens)
+        np.testing.assert_allclose(after.task_state["ref_img"], want[0], rtol=1e-6)
+
+
+def test_jest_keeps_the_most_learnable_pairs(data, reference):
+    task = CLIPTask(MLP, LossConfig(objective="jest", jest_keep=0.5), *data, reference=reference)
+    assert next(task.train_iterator(B, 0))["index"].shape == (2 * B,)
+    model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 0)).items()}
+    kept = task._jest_select(model, batch, task.init_task_state(None))
+    assert kept["index"].shape == (B,)
+    from jaxlab.methods.drrho_clip.losses import per_pair_clip_loss
+
+    score = np.asarray(
+        per_pair_clip_loss(*model(batch["image"], batch["tokens"]), tau=0.05)
+        - per_pair_clip_loss(*reference(batch["image"], batch["tokens"]), tau=0.05)
+    )
+    want = set(np.asarray(batch["index"])[np.argsort(-score)[:B]].tolist())
+    assert set(np.asarray(kept["index"]).tolist()) == want
+
+
+def test_objectives_needing_a_reference_refuse_without_one(data):
+    with pytest.raises(ConfigError, match="needs a reference"):
+        CLIPTask(MLP, LossConfig(objective="drrho"), *data)
+    with pytest.raises(ConfigError, match="objective"):
+        LossConfig(objective="siglip")
+
+
+def test_shared_loop_runs_and_restores_the_model(data, reference, tmp_path):
+    task = CLIPTask(MLP, LossConfig(objective="drrho", gamma=0.8), *data, reference=reference)
+    cfg = TrainConfig(
+        steps=4, batch_size=B, learning_rate=1e-2, warmup_steps=0, log_every=2, eval_every=4,
+        eval_batches=2, checkpoint_every=4, tensorboard=False,
+    )  # fmt: skip
+    summary = run_training(task, cfg, tmp_path, verbose=False)
+    assert 0 <= summary["eval"]["eval_zero_shot_acc"] <= 1
+    model = restore_model(task, cfg, tmp_path)
+    assert isinstance(model, CLIPModel)
+    fresh = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    assert not np.array_equal(model.image_proj.kernel[...], fresh.image_proj.kernel[...])
