@@ -30,6 +30,9 @@ Yang et al. 2024's chunked linear attention) splits S into chunks of ``chunk_siz
 chunks carries ``(C, n, m)`` from chunk boundary to chunk boundary, then every chunk's outputs are
 the parallel form inside the chunk plus the carried state's term. Sequences that are not chunk
 multiples are padded with tokens that leave the state unchanged (``i = -1e30``, ``lf = 0``).
+``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
+``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the same
+switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chunkwise`` elsewhere.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+import pallas_kernels
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import pallas_ready
 
 __all__ = ["MLSTMState", "mlstm", "mlstm_parallel", "mlstm_step", "zero_state"]
 
-Form = Literal["chunkwise", "parallel", "recurrent"]
+Form = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
 # Log-weight of a token that must not enter the state (padding); finite so no inf - inf arises.
 NEG = -1e30
 
@@ -220,8 +225,11 @@ def mlstm(
       q, k: queries and keys ``(B, NH, S, Dqk)``; q is scaled by ``1/sqrt(Dqk)`` here.
       v: values ``(B, NH, S, Dv)``.
       i, f: input- and forget-gate pre-activations ``(B, NH, S)``.
-      form: ``"chunkwise"`` (default), ``"parallel"`` (quadratic in S) or ``"recurrent"``.
-      chunk_size: chunk length of the chunkwise form (any S works; the last chunk is padded).
+      form: ``"chunkwise"`` (default), ``"parallel"`` (quadratic in S), ``"recurrent"``,
+        ``"pallas"`` (the kernels) or ``"auto"`` (``pallas`` where :func:`pallas_ready`, else
+        ``chunkwise``).
+      chunk_size: chunk length of the chunkwise form (any S works; the last chunk is padded); for
+        ``pallas`` a power of two >= 8.
       initial_state: ``(C, n, m)`` before the first token; default ``(0, 0, 0)``.
       return_state: also return the state after the last token.
       eps: added to the normaliser ``max(|nᵀq|, exp(-m))``.
@@ -245,12 +253,26 @@ def mlstm(
         state = zero_state(B, NH, Dk, v.shape[-1], dt)
     else:
         state = MLSTMState(*(jnp.asarray(x, dt) for x in initial_state))
-    if form == "recurrent":
+    if form == "auto":
+        form = "pallas" if pallas_ready() else "chunkwise"
+    if form == "pallas":
+        try:
+            blocks = pallas_kernels.MLSTMBlockSizes(chunk=chunk_size)
+            h, final = pallas_kernels.mlstm_chunkwise(
+                q, k, v, i, f, initial_state=tuple(state), return_state=True, eps=eps,
+                block_sizes=blocks,
+            )  # fmt: skip
+        except pallas_kernels.KernelConfigError as err:
+            raise ConfigError(f"mlstm(form='pallas'): {err}") from None
+        final = MLSTMState(*final)
+    elif form == "recurrent":
         h, final = _recurrent(q, k, v, i, f, state, eps)
     elif form == "parallel":
         h, final = mlstm_parallel(q, k, v, i, f, state, eps)
     elif form == "chunkwise":
         h, final = _chunkwise(q, k, v, i, f, state, chunk_size, eps)
     else:
-        raise ConfigError(f"mlstm: unknown form {form!r}; choose chunkwise, parallel or recurrent")
+        raise ConfigError(
+            f"mlstm: unknown form {form!r}; choose auto, chunkwise, parallel, recurrent or pallas"
+        )
     return (h, final) if return_state else h

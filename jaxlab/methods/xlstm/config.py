@@ -24,7 +24,7 @@ from jaxlab.nn.lm_config import LMConfig, NormName
 
 __all__ = ["xLSTMConfig"]
 
-CellForm = Literal["chunkwise", "parallel", "recurrent"]
+CellForm = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
 
 
 def round_up(x: float, multiple: int) -> int:
@@ -72,7 +72,7 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     fgate_bias_range: tuple[float, float] = (3.0, 6.0)
     norm_eps: float = 1e-6
     cell_eps: float = 1e-6
-    cell_form: CellForm = "chunkwise"
+    cell_form: CellForm = "auto"  # Pallas kernels on GPU/TPU once enabled, chunkwise otherwise
     chunk_size: int = 64
     remat: bool = False
 
