@@ -32,12 +32,9 @@ def init_cache(model, batch_size: int, max_len: int) -> dict:
             "generate fewer tokens or use positions=alibi"
         )
     shape = (batch_size, max_len, cfg.kv_heads, cfg.head_dim)
-    zeros = jnp.zeros(shape, jnp.dtype(cfg.dtype))
-    return {
-        "k": (zeros,) * cfg.num_layers,
-        "v": (zeros,) * cfg.num_layers,
-        "pos": jnp.zeros((), jnp.int32),
-    }
+    # A fresh buffer per leaf: a donated cache must not hold one buffer twice.
+    zeros = lambda: tuple(jnp.zeros(shape, cfg.dtype) for _ in range(cfg.num_layers))  # noqa: E731
+    return {"k": zeros(), "v": zeros(), "pos": jnp.zeros((), jnp.int32)}
 
 
 def cached_attention(

@@ -217,8 +217,12 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Zero recurrent states for every block; their size does not depend on ``max_len``."""
         del max_len
         c = self.cfg
-        state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
-        return {"states": (state,) * c.num_layers, "pos": jnp.zeros((), jnp.int32)}
+        # A fresh buffer per block: a donated cache must not hold one buffer twice.
+        states = tuple(
+            zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            for _ in range(c.num_layers)
+        )
+        return {"states": states, "pos": jnp.zeros((), jnp.int32)}
 
     def extend(
         self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
