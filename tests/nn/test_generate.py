@@ -14,7 +14,7 @@ from flax import nnx
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.nn.generate import generate, sample, teacher_forced_logits
+from jaxlab.nn.generate import decode_step, generate, sample, teacher_forced_logits
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 16
@@ -50,6 +50,12 @@ def test_teacher_forced_logits_equal_the_full_forward(model):
     np.testing.assert_allclose(
         teacher_forced_logits(model, tokens, 5), full, atol=1e-5 * float(jnp.max(jnp.abs(full)))
     )
+
+
+def test_a_fresh_cache_can_be_donated_to_the_decode_step(model):
+    """Every cache leaf is its own buffer (donating one buffer twice is an XLA error)."""
+    logits, cache = decode_step(model, jnp.zeros((1,), jnp.int32), model.init_cache(1, 8))
+    assert logits.shape == (1, 256) and int(cache["pos"]) == 1
 
 
 def test_sampling_follows_temperature_top_k_and_the_key():
