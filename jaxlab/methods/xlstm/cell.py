@@ -5,7 +5,7 @@ Beck et al., "xLSTM: Extended Long Short-Term Memory" (NeurIPS 2024), Sec. 2.3 /
 pre-activation ``i_t``, log forget gate ``lf_t = log sigmoid(f_t)`` and state ``(C, n, m)``
 (``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar):
 
-    m_t = max(lf_t + m_{t-1}, i_t)                                   (7B paper, Eq. 11)
+    m_t = max(lf_t + m_{t-1}, i_t)                                   (7B paper, Sec. 2)
     C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_tᵀ
     n_t = exp(lf_t + m_{t-1} - m_t) n_{t-1} + exp(i_t - m_t) k_t
     h_t = C_tᵀ q~_t / (max(|n_tᵀ q~_t|, exp(-m_t)) + eps)
@@ -92,7 +92,7 @@ def mlstm_step(
     *,
     eps: float = 1e-6,
 ) -> tuple[Float[Array, "B NH Dv"], MLSTMState]:
-    """One token of the recurrence (module docstring; 7B paper Eqs. 9-13): ``(h_t, state_t)``.
+    """One token of the recurrence (module docstring; 7B paper Sec. 2): ``(h_t, state_t)``.
 
     This is the decode step of generation; ``mlstm(form="recurrent")`` scans it.
     """

@@ -1,12 +1,12 @@
 """Configuration of the xLSTM 7B language model and its presets.
 
-Beck et al., "xLSTM 7B: A Recurrent LLM for Fast and Efficient Inference", ICML 2025, Sec. 3 and
-Table 5 (App.): E = 4096, 32 blocks, 8 heads, qk head dim 256 (``qk_dim_factor`` 0.5), v head dim
-512 (``v_dim_factor`` 1), SwiGLU width ``round_up(2.667 E, 64) = 10944``, vocabulary 50304, untied
-embeddings, gates soft-capped at 15 and output logits at 30, input-gate bias -10 and forget-gate
-biases linspace(3, 6) over heads. ``xLSTMConfig.xlstm_7b()`` is that model (6,865,424,896
-parameters); :meth:`xLSTMConfig.tiny` a CPU-sized one. Where the authors' code (NX-AI/xlstm,
-``xlstm_large``) and this one differ, the field says so:
+Beck et al., "xLSTM 7B: A Recurrent LLM for Fast and Efficient Inference", ICML 2025, Sec. 3,
+and the released model: E = 4096, 32 blocks, 8 heads, qk head dim 256 (``qk_dim_factor`` 0.5),
+v head dim 512 (``v_dim_factor`` 1), SwiGLU width ``round_up(2.667 E, 64) = 10944``, vocabulary
+50304, untied embeddings, gates soft-capped at 15 and output logits at 30, input-gate bias -10
+and forget-gate biases linspace(3, 6) over heads. ``xLSTMConfig.xlstm_7b()`` is that model
+(6,865,424,896 parameters); :meth:`xLSTMConfig.tiny` a CPU-sized one. Where the authors' code
+(NX-AI/xlstm, ``xlstm_large``) and this one differ, the field says so:
 
 * ``init``: the shared rule of :mod:`jaxlab.nn.init` (default ``"gpt2"``), so that the xLSTM and
   the Transformer it is compared with start from the same rule; the authors train with a
@@ -117,7 +117,7 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
 
     @classmethod
     def xlstm_7b(cls, **overrides) -> xLSTMConfig:
-        """The released xLSTM 7B (paper Table 5; ``xlstm_large``'s defaults)."""
+        """The released xLSTM 7B (paper Sec. 3; ``xlstm_large``'s defaults)."""
         return cls.paper("7b", **overrides)
 
     @classmethod

@@ -1,6 +1,6 @@
 """The xLSTM 7B language model (Beck et al., ICML 2025) as Flax NNX modules.
 
-Architecture (paper Sec. 3, Fig. 2; ``xlstm_large``): a token embedding, ``num_layers`` blocks
+Architecture (paper Sec. 3, Fig. 1; ``xlstm_large``): a token embedding, ``num_layers`` blocks
 
     x <- x + mLSTMLayer(RMSNorm(x))
     x <- x + SwiGLU(RMSNorm(x))
