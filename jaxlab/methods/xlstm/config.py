@@ -48,8 +48,8 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
       igate_bias, fgate_bias_range: input-gate bias init; forget-gate biases linspace over heads.
       norm_eps, cell_eps: eps of the norms and of the mLSTM normaliser.
       cell_form, chunk_size: which :func:`~jaxlab.methods.xlstm.mlstm` form trains, its chunk.
-      remat, scan_blocks: rematerialise each block in the backward; stack the blocks' parameters
-        and ``nnx.scan`` over them (one compiled block, for the 7B lowering).
+      remat: rematerialise each block in the backward.
+      slstm_blocks: indices of blocks whose mixer is an sLSTM (:mod:`jaxlab.methods.xlstm.slstm`).
     """
 
     PAPER = {
@@ -75,6 +75,7 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     cell_form: CellForm = "auto"  # Pallas kernels on GPU/TPU once enabled, chunkwise otherwise
     chunk_size: int = 64
     remat: bool = False
+    slstm_blocks: tuple[int, ...] = ()  # blocks with an sLSTM layer instead (not in xLSTM 7B)
 
     def check_fields(self) -> None:
         for name in ("d_model", "num_heads", "chunk_size", "ffn_multiple"):
@@ -90,6 +91,12 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
             )
         check(self.norm == "rmsnorm", "model.norm: the xLSTM uses RMSNorm (set model.norm=rmsnorm)")
         check(self.gate_soft_cap >= 0 and self.logit_soft_cap >= 0, "soft caps must be >= 0")
+        check(
+            all(0 <= b < self.num_layers for b in self.slstm_blocks)
+            and self.d_model % self.num_heads == 0,
+            f"model.slstm_blocks={self.slstm_blocks} must index blocks 0..{self.num_layers - 1} "
+            "(and sLSTM heads need num_heads to divide d_model)",
+        )
 
     @property
     def qk_dim(self) -> int:

@@ -34,6 +34,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
+from jaxlab.methods.xlstm.slstm import sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
 
@@ -151,17 +152,22 @@ class SwiGLU(nnx.Module):
 
 
 class Block(nnx.Module):
-    """``x + mLSTMLayer(RMSNorm(x))`` then ``x + SwiGLU(RMSNorm(x))``."""
+    """``x + mLSTMLayer(RMSNorm(x))`` (or an sLSTM layer) then ``x + SwiGLU(RMSNorm(x))``."""
 
-    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs, slstm: bool = False):
         self.norm_mlstm = _rmsnorm(cfg.d_model, cfg, rngs)
-        self.mlstm = mLSTMLayer(cfg, rngs=rngs)
+        if slstm:
+            self.slstm = sLSTMLayer(cfg, rngs=rngs)
+        else:
+            self.mlstm = mLSTMLayer(cfg, rngs=rngs)
+        self.is_slstm = slstm
         self.norm_ffn = _rmsnorm(cfg.d_model, cfg, rngs)
         self.mlp = SwiGLU(cfg, rngs=rngs)
         self.dtype = jnp.dtype(cfg.dtype)
 
     def __call__(self, x_BTE, reset_BT, state=None):
-        y_BTE, state = self.mlstm(self.norm_mlstm(x_BTE).astype(self.dtype), reset_BT, state)
+        mixer = self.slstm if self.is_slstm else self.mlstm
+        y_BTE, state = mixer(self.norm_mlstm(x_BTE).astype(self.dtype), reset_BT, state)
         x_BTE = x_BTE + y_BTE
         return x_BTE + self.mlp(self.norm_ffn(x_BTE).astype(self.dtype)), state
 
@@ -174,7 +180,9 @@ class xLSTM(nnx.Module):  # noqa: N801
         kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
         init = param_init(nnx.initializers.normal(EMBEDDING_STD), ("vocab", "embed"))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, **kw)
-        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.blocks = nnx.List(
+            [Block(cfg, rngs=rngs, slstm=n in cfg.slstm_blocks) for n in range(cfg.num_layers)]
+        )
         self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
         self.unembed = unembedding(
             cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
@@ -219,8 +227,10 @@ class xLSTM(nnx.Module):  # noqa: N801
         c = self.cfg
         # A fresh buffer per block: a donated cache must not hold one buffer twice.
         states = tuple(
-            zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
-            for _ in range(c.num_layers)
+            zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
+            if n in c.slstm_blocks
+            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            for n in range(c.num_layers)
         )
         return {"states": states, "pos": jnp.zeros((), jnp.int32)}
 
