@@ -1,4 +1,4 @@
-"""Pallas kernels for jaxlab's hot paths: flash attention and a tiled matmul.
+"""Pallas kernels for jaxlab's hot paths: flash attention, a tiled matmul and chunkwise mLSTM.
 
 One file per op, each holding the kernel bodies, the public wrapper (differentiable through
 ``jax.custom_vjp``), a frozen ``BlockSizes`` dataclass (exported here under the op's name) and a
@@ -15,14 +15,19 @@ from pallas_kernels.flash_attention import BlockSizes as FlashAttentionBlockSize
 from pallas_kernels.flash_attention import flash_attention, flash_attention_reference
 from pallas_kernels.matmul import ACTIVATIONS, matmul, matmul_reference
 from pallas_kernels.matmul import BlockSizes as MatmulBlockSizes
+from pallas_kernels.mlstm_chunkwise import BlockSizes as MLSTMBlockSizes
+from pallas_kernels.mlstm_chunkwise import mlstm_chunkwise, mlstm_chunkwise_reference
 
 __all__ = [
     "ACTIVATIONS",
     "FlashAttentionBlockSizes",
     "KernelConfigError",
+    "MLSTMBlockSizes",
     "MatmulBlockSizes",
     "flash_attention",
     "flash_attention_reference",
     "matmul",
     "matmul_reference",
+    "mlstm_chunkwise",
+    "mlstm_chunkwise_reference",
 ]

@@ -35,8 +35,10 @@ from jax import export
 from pallas_kernels import flash_attention, matmul
 from pallas_kernels.flash_attention import BlockSizes as FlashBlockSizes
 from pallas_kernels.matmul import BlockSizes as MatmulBlockSizes
+from pallas_kernels.mlstm_chunkwise import BlockSizes as MLSTMBlockSizes
+from pallas_kernels.mlstm_chunkwise import mlstm_chunkwise
 
-__all__ = ["KERNELS", "PLATFORMS", "Case", "lower", "main", "run_cases"]
+__all__ = ["FORWARD_ONLY", "KERNELS", "PLATFORMS", "Case", "lower", "main", "run_cases"]
 
 Platform = Literal["cuda", "tpu"]
 PLATFORMS: tuple[Platform, ...] = ("cuda", "tpu")
@@ -178,6 +180,29 @@ def matmul_cases(platform: Platform) -> Iterator[Case]:
         yield from fwd_and_bwd("matmul", platform, description, fn, args, n_diff=2)
 
 
+# ----------------------------------------------------------------------------- chunkwise mLSTM
+
+#             B  NH  S    Dk   Dv   (xLSTM 7B: Dk 256, Dv 512; smaller heads here keep it quick)
+MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128)]  # a chunk multiple; a padded tail
+
+
+def mlstm_cases(platform: Platform) -> Iterator[Case]:
+    blocks = MLSTMBlockSizes.for_backend(STYLE[platform])
+    for (B, NH, Sq, Dk, Dv), dtype in ((s, d) for s in MLSTM_SHAPES for d in DTYPES):
+        dt = DTYPES[dtype]
+        args = [S((B, NH, Sq, Dk), dt), S((B, NH, Sq, Dk), dt), S((B, NH, Sq, Dv), dt)]
+        args += [S((B, NH, Sq), jnp.float32)] * 2
+
+        def fn(q, k, v, i, f):
+            return mlstm_chunkwise(
+                q, k, v, i, f, block_sizes=blocks, interpret=False, backend=STYLE[platform]
+            )
+
+        description = f"q({B},{NH},{Sq},{Dk}) v(..,{Dv}) {dtype} chunk={blocks.chunk}"
+        # Forward only: the backward is XLA (the vjp of the jnp mirror plus the gate formulas).
+        yield Case("mlstm_chunkwise", "fwd", platform, description, fn, tuple(args))
+
+
 # ------------------------------------------------------------------------------------ the table
 
 # kernel name -> case generator for one platform. A new kernel (chunkwise mLSTM, MLR attention)
@@ -185,7 +210,10 @@ def matmul_cases(platform: Platform) -> Iterator[Case]:
 KERNELS: dict[str, Callable[[Platform], Iterable[Case]]] = {
     "flash_attention": flash_attention_cases,
     "matmul": matmul_cases,
+    "mlstm_chunkwise": mlstm_cases,
 }
+# Kernels whose backward is XLA, not Pallas: the table lowers their forward only.
+FORWARD_ONLY = frozenset({"mlstm_chunkwise"})
 
 
 def cases(platforms: Iterable[Platform] = PLATFORMS, kernels: Iterable[str] | None = None):

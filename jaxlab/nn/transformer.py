@@ -23,6 +23,7 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
+from jaxlab.nn import kv_cache
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.attention_kinds import attend
 from jaxlab.nn.init import unembedding_std, weight_std
@@ -193,3 +194,11 @@ class Transformer(nnx.Module):
             x_BTD = constrain(block(x_BTD, segment_ids), "batch", None, None)
         logits_BTV = self.unembed(self.final_norm(x_BTD))
         return logits_BTV.astype(jnp.float32)
+
+    def init_cache(self, batch_size: int, max_len: int) -> dict:
+        """A key/value cache of ``max_len`` positions (:func:`jaxlab.nn.kv_cache.init_cache`)."""
+        return kv_cache.init_cache(self, batch_size, max_len)
+
+    def extend(self, tokens_BT: Int[Array, "B T"], cache: dict):
+        """Logits of new tokens after the cached ones (:func:`jaxlab.nn.kv_cache.extend`)."""
+        return kv_cache.extend(self, tokens_BT, cache)

@@ -6,7 +6,9 @@ contract: logits of the right shape and dtype; causality; document masking; the 
 ``nnx.eval_shape`` equals the built model's; the sharded train step on a (2, 4) data x fsdp mesh and
 a (2, 2, 2) data x fsdp x tensor mesh gives the single-device losses; the train step lowers and
 compiles for a simulated 64-device mesh; structured linear maps (``linear=low_rank``, ``btt``,
-``mlr``) reach the model and train; generation where supported (none yet).
+``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.nn.generate`): prefill
+plus one cached step per true token gives the full forward's logits, for prompt lengths on and off
+the xLSTM's chunk grid.
 """
 
 import dataclasses
@@ -25,6 +27,8 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
 from jaxlab.methods.rmt import RMT, RMTConfig
+from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
+from jaxlab.nn.generate import supports_generation, teacher_forced_logits
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
 from jaxlab.nn.transformer import Transformer, TransformerConfig
@@ -33,6 +37,7 @@ T = 16  # every tiny config's seq_len
 MODELS = {  # name: (model class, tiny config)
     "transformer": (Transformer, TransformerConfig(seq_len=T, num_layers=2, d_model=32, num_heads=4, num_kv_heads=2)),  # noqa: E501
     "rmt": (RMT, RMTConfig(seq_len=T, num_layers=2, rank=4, d_key=8, d_value=8, d_ff=64)),
+    "xlstm": (xLSTM, xLSTMConfig(seq_len=T, num_layers=2, d_model=32, num_heads=4, chunk_size=4)),
 }  # fmt: skip
 POSITIONS = ("learned", "alibi")
 TRAIN = TrainConfig(
@@ -95,11 +100,17 @@ def test_parameter_count_from_eval_shape_equals_the_built_model(name):
 
 
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.skip(
-    reason="no LM supports generation yet; the xLSTM issue adds jaxlab/nn/generate.py"
-)
 def test_generate_matches_the_full_forward(name):
-    """Slot for ``jaxlab.nn.generate``: cached decoding gives the logits of the full forward."""
+    """Cached decoding gives the logits of the full forward (prompt 8: on the xLSTM's chunk grid of
+    4; prompt 7: off it)."""
+    model = build(name)(nnx.Rngs(0))
+    if not supports_generation(model):
+        pytest.skip(f"{name} has no cache (init_cache / extend)")
+    tokens = jax.random.randint(jax.random.key(2), (2, T), 0, 256)
+    full = model(tokens)
+    for prompt_len in (8, 7):
+        cached = teacher_forced_logits(model, tokens, prompt_len)
+        np.testing.assert_allclose(cached, full, atol=1e-5 * float(jnp.max(jnp.abs(full))))
 
 
 # ---------------------------------------------------------------------------- sharded training

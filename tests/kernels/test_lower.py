@@ -30,7 +30,7 @@ def test_every_kernel_lowers_for_gpu_and_tpu(table_output):
     assert len(lines) == len(lower.cases()) + 1  # one line per case and the summary
     for kernel in lower.KERNELS:
         for platform in lower.PLATFORMS:
-            for direction in ("fwd", "bwd"):
+            for direction in ("fwd",) if kernel in lower.FORWARD_ONLY else ("fwd", "bwd"):
                 mine = [ln for ln in lines if ln.split()[:3] == [kernel, direction, platform]]
                 assert mine and all(" ok (" in ln for ln in mine), (kernel, platform, direction)
 

@@ -1,0 +1,278 @@
+"""The mLSTM cell (matrix memory, exponential gating) in three forms: recurrent, parallel, chunked.
+
+Beck et al., "xLSTM: Extended Long Short-Term Memory" (NeurIPS 2024), Sec. 2.3 / App. A.3, and
+"xLSTM 7B" (ICML 2025), Sec. 2 and App. A. Per head, with ``q~ = q / sqrt(Dqk)``, input-gate
+pre-activation ``i_t``, log forget gate ``lf_t = log sigmoid(f_t)`` and state ``(C, n, m)``
+(``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar):
+
+    m_t = max(lf_t + m_{t-1}, i_t)                                   (7B paper, Sec. 2)
+    C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_tᵀ
+    n_t = exp(lf_t + m_{t-1} - m_t) n_{t-1} + exp(i_t - m_t) k_t
+    h_t = C_tᵀ q~_t / (max(|n_tᵀ q~_t|, exp(-m_t)) + eps)
+
+so the forget gate of token t decays the state carried from t - 1 and the input gate is
+exponential. Unrolled, token s reaches token t with the log weight
+``D_ts = lf_{s+1} + ... + lf_t + i_s`` and the initial state with ``L_t + m_0`` where
+``L_t = lf_1 + ... + lf_t``; ``m_t`` is the largest of these, exactly.
+
+Initial stabiliser. The authors' recurrent and chunkwise kernels (NX-AI/mlstm_kernels) start the
+state at ``(C, n, m) = (0, 0, 0)``; their parallel form has no initial state and takes ``m_t`` as
+the largest ``D_ts`` only. Because ``exp(-m)`` and ``eps`` enter the normaliser in stabilised
+units, the two choices give the same ``h`` only when ``eps = 0``. Here every form takes an initial
+state (default ``(0, 0, 0)``, the recurrent kernels' choice) and includes its term ``L_t + m_0`` in
+the maximum, so all three forms compute the same ``m_t`` and agree for any ``eps``.
+
+Forms. ``recurrent`` is a ``lax.scan`` of :func:`mlstm_step` (the decode step). ``parallel`` builds
+the S x S decay matrix ``D`` from a masked cumulative sum down each column (``D_ts = sum_{j in
+(s, t]} lf_j``), never as the difference ``L_t - L_s`` of two long cumulative sums, which cancels
+catastrophically once ``|L|`` is large. ``chunkwise`` (the 7B paper's training form, App. A;
+Yang et al. 2024's chunked linear attention) splits S into chunks of ``chunk_size``: a scan over
+chunks carries ``(C, n, m)`` from chunk boundary to chunk boundary, then every chunk's outputs are
+the parallel form inside the chunk plus the carried state's term. Sequences that are not chunk
+multiples are padded with tokens that leave the state unchanged (``i = -1e30``, ``lf = 0``).
+``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
+``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the same
+switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chunkwise`` elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+import pallas_kernels
+from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import pallas_ready
+
+__all__ = ["MLSTMState", "mlstm", "mlstm_parallel", "mlstm_step", "zero_state"]
+
+Form = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
+# Log-weight of a token that must not enter the state (padding); finite so no inf - inf arises.
+NEG = -1e30
+
+
+class MLSTMState(NamedTuple):
+    """Recurrent state of one mLSTM layer: ``C`` (B, NH, Dqk, Dv), ``n`` (B, NH, Dqk), ``m``
+    (B, NH), all in the cell's accumulation dtype (float32 at least)."""
+
+    C: Float[Array, "B NH Dk Dv"]
+    n: Float[Array, "B NH Dk"]
+    m: Float[Array, "B NH"]
+
+
+def _acc_dtype(*xs) -> jnp.dtype:
+    """float32 unless some input is float64 (x64 tests): the state never drops below float32."""
+    return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
+
+
+def zero_state(B: int, NH: int, Dqk: int, Dv: int, dtype=jnp.float32) -> MLSTMState:
+    """The state before the first token, ``(0, 0, 0)`` (the reference kernels' choice)."""
+    return MLSTMState(
+        jnp.zeros((B, NH, Dqk, Dv), dtype),
+        jnp.zeros((B, NH, Dqk), dtype),
+        jnp.zeros((B, NH), dtype),
+    )
+
+
+def _normalise(num, den, m, eps):
+    """``num / (max(|den|, exp(-m)) + eps)``; ``den`` and ``m`` broadcast over num's last axis."""
+    return num / (jnp.maximum(jnp.abs(den), jnp.exp(-m)) + eps)[..., None]
+
+
+def mlstm_step(
+    state: MLSTMState,
+    q: Float[Array, "B NH Dk"],
+    k: Float[Array, "B NH Dk"],
+    v: Float[Array, "B NH Dv"],
+    i: Float[Array, "B NH"],
+    f: Float[Array, "B NH"],
+    *,
+    eps: float = 1e-6,
+) -> tuple[Float[Array, "B NH Dv"], MLSTMState]:
+    """One token of the recurrence (module docstring; 7B paper Sec. 2): ``(h_t, state_t)``.
+
+    This is the decode step of generation; ``mlstm(form="recurrent")`` scans it.
+    """
+    dt = state.C.dtype
+    q, k, v = (x.astype(dt) for x in (q, k, v))
+    lf = jax.nn.log_sigmoid(f.astype(dt))
+    i = i.astype(dt)
+    m = jnp.maximum(lf + state.m, i)
+    decay, inp = jnp.exp(lf + state.m - m), jnp.exp(i - m)
+    C = decay[..., None, None] * state.C + inp[..., None, None] * (
+        k[..., :, None] * v[..., None, :]
+    )
+    n = decay[..., None] * state.n + inp[..., None] * k
+    q = q * q.shape[-1] ** -0.5
+    h = _normalise(jnp.einsum("bhkv,bhk->bhv", C, q), jnp.einsum("bhk,bhk->bh", n, q), m, eps)
+    return h, MLSTMState(C, n, m)
+
+
+def _recurrent(q, k, v, i, f, state, eps):
+    def body(state, xs):
+        h, state = mlstm_step(state, *xs, eps=eps)
+        return state, h
+
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v, i, f))
+    state, h_SBHV = jax.lax.scan(body, state, xs)
+    return jnp.moveaxis(h_SBHV, 0, 2), state
+
+
+def _decay_matrix(lf_BHS: Array) -> Array:
+    """``out[..., t, s] = sum_{j in (s, t]} lf_j`` for ``s <= t`` (0 on the diagonal), ``NEG``
+    above it: a cumulative sum down each column of the strictly-lower-masked ``lf``, so each entry
+    sums only its own terms (no cancellation between two long prefix sums)."""
+    S = lf_BHS.shape[-1]
+    t, s = jnp.arange(S)[:, None], jnp.arange(S)[None, :]
+    masked_BHSS = jnp.where(t > s, lf_BHS[..., :, None], 0.0)
+    return jnp.where(t >= s, jnp.cumsum(masked_BHSS, axis=-2), NEG)
+
+
+def _parallel_with_state(q, k, v, i, lf, state, eps):
+    """Outputs of one (sub)sequence given the state before it: the parallel form plus the initial
+    state's term, with log weight ``L_t + m_0`` (module docstring). Returns ``h`` and ``m_t``."""
+    dt = state.C.dtype
+    q = q * q.shape[-1] ** -0.5
+    D_BHSS = _decay_matrix(lf) + i[..., None, :]
+    L_BHS = jnp.cumsum(lf, axis=-1)  # within a chunk or a test sequence: short sums
+    init_BHS = L_BHS + state.m[..., None]
+    m_BHS = jnp.maximum(jnp.max(D_BHSS, axis=-1), init_BHS)
+    W_BHSS = jnp.exp(D_BHSS - m_BHS[..., None]) * jnp.einsum("bhtk,bhsk->bhts", q, k)
+    w0_BHS = jnp.exp(init_BHS - m_BHS)
+    num = jnp.einsum("bhts,bhsv->bhtv", W_BHSS, v) + w0_BHS[..., None] * jnp.einsum(
+        "bhtk,bhkv->bhtv", q, state.C
+    )
+    den = jnp.sum(W_BHSS, axis=-1) + w0_BHS * jnp.einsum("bhtk,bhk->bht", q, state.n)
+    return _normalise(num, den, m_BHS, eps).astype(dt), m_BHS
+
+
+def _final_state(k, v, i, lf, state):
+    """The state after a (sub)sequence from the state before it, in one step per (sub)sequence:
+    token s enters with log weight ``lf_{s+1} + ... + lf_S + i_s`` (a reverse exclusive cumsum)."""
+    rev_BHS = jnp.flip(jnp.cumsum(jnp.flip(lf, -1), axis=-1), -1)
+    after_BHS = jnp.concatenate([rev_BHS[..., 1:], jnp.zeros_like(rev_BHS[..., :1])], axis=-1)
+    logw_BHS = after_BHS + i
+    g_BH = rev_BHS[..., 0]  # the whole (sub)sequence's log decay
+    m = jnp.maximum(g_BH + state.m, jnp.max(logw_BHS, axis=-1))
+    w_BHS = jnp.exp(logw_BHS - m[..., None])
+    decay = jnp.exp(g_BH + state.m - m)
+    C = decay[..., None, None] * state.C + jnp.einsum("bhs,bhsk,bhsv->bhkv", w_BHS, k, v)
+    n = decay[..., None] * state.n + jnp.einsum("bhs,bhsk->bhk", w_BHS, k)
+    return MLSTMState(C, n, m)
+
+
+def mlstm_parallel(q, k, v, i, f, state: MLSTMState, eps: float = 1e-6):
+    """The quadratic (parallel) form over the whole sequence: ``(h, final state)``."""
+    dt = state.C.dtype
+    q, k, v, i = (x.astype(dt) for x in (q, k, v, i))
+    lf = jax.nn.log_sigmoid(f.astype(dt))
+    h, _ = _parallel_with_state(q, k, v, i, lf, state, eps)
+    return h, _final_state(k, v, i, lf, state)
+
+
+def _chunkwise(q, k, v, i, f, state, chunk_size, eps):
+    dt = state.C.dtype
+    B, NH, S, Dk = q.shape
+    Dv = v.shape[-1]
+    L = min(chunk_size, S)
+    pad = -S % L
+    q, k, v, i = (x.astype(dt) for x in (q, k, v, i))
+    lf = jax.nn.log_sigmoid(f.astype(dt))
+    if pad:  # padded tokens neither enter the state (i = NEG) nor decay it (lf = 0)
+        widths = ((0, 0), (0, 0), (0, pad))
+        q, k, v = (jnp.pad(x, (*widths, (0, 0))) for x in (q, k, v))
+        i = jnp.pad(i, widths, constant_values=NEG)
+        lf = jnp.pad(lf, widths)
+    Nc = (S + pad) // L
+
+    def chunks(x):  # (B, NH, Nc*L, ...) -> (Nc, B, NH, L, ...)
+        return jnp.moveaxis(x.reshape(B, NH, Nc, L, *x.shape[3:]), 2, 0)
+
+    qc, kc, vc, ic, lfc = (chunks(x) for x in (q, k, v, i, lf))
+
+    # Inter-chunk recurrence: the state at every chunk boundary (first kernel of the 7B paper's
+    # App. A). Each chunk's start state is emitted before it is updated.
+    def body(state, xs):
+        k_, v_, i_, lf_ = xs
+        return _final_state(k_, v_, i_, lf_, state), state
+
+    final, starts = jax.lax.scan(body, state, (kc, vc, ic, lfc))
+    # Intra-chunk outputs, all chunks at once (second kernel).
+    h_c, _ = jax.vmap(lambda *a: _parallel_with_state(*a, eps))(qc, kc, vc, ic, lfc, starts)
+    h = jnp.moveaxis(h_c, 0, 2).reshape(B, NH, Nc * L, Dv)[:, :, :S]
+    return h, final
+
+
+def mlstm(
+    q: Float[Array, "B NH S Dk"],
+    k: Float[Array, "B NH S Dk"],
+    v: Float[Array, "B NH S Dv"],
+    i: Float[Array, "B NH S"],
+    f: Float[Array, "B NH S"],
+    *,
+    form: Form = "chunkwise",
+    chunk_size: int = 64,
+    initial_state: MLSTMState | tuple | None = None,
+    return_state: bool = False,
+    eps: float = 1e-6,
+):
+    """The mLSTM cell over a sequence (module docstring for the equations and forms).
+
+    Args:
+      q, k: queries and keys ``(B, NH, S, Dqk)``; q is scaled by ``1/sqrt(Dqk)`` here.
+      v: values ``(B, NH, S, Dv)``.
+      i, f: input- and forget-gate pre-activations ``(B, NH, S)``.
+      form: ``"chunkwise"`` (default), ``"parallel"`` (quadratic in S), ``"recurrent"``,
+        ``"pallas"`` (the kernels) or ``"auto"`` (``pallas`` where :func:`pallas_ready`, else
+        ``chunkwise``).
+      chunk_size: chunk length of the chunkwise form (any S works; the last chunk is padded); for
+        ``pallas`` a power of two >= 8.
+      initial_state: ``(C, n, m)`` before the first token; default ``(0, 0, 0)``.
+      return_state: also return the state after the last token.
+      eps: added to the normaliser ``max(|nᵀq|, exp(-m))``.
+
+    Returns:
+      ``h`` ``(B, NH, S, Dv)`` in the accumulation dtype (float32, or float64 for float64 inputs),
+      and with ``return_state`` the final :class:`MLSTMState`.
+    """
+    if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ConfigError(
+            f"mlstm: q, k must be (B, NH, S, Dqk) and v (B, NH, S, Dv); got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if i.shape != q.shape[:3] or f.shape != q.shape[:3]:
+        raise ConfigError(f"mlstm: gates i, f must be {q.shape[:3]}; got {i.shape}, {f.shape}")
+    if chunk_size <= 0:
+        raise ConfigError(f"mlstm: chunk_size must be positive, got {chunk_size}")
+    dt = _acc_dtype(q, k, v, i, f)
+    B, NH, _, Dk = q.shape
+    if initial_state is None:
+        state = zero_state(B, NH, Dk, v.shape[-1], dt)
+    else:
+        state = MLSTMState(*(jnp.asarray(x, dt) for x in initial_state))
+    if form == "auto":
+        form = "pallas" if pallas_ready() else "chunkwise"
+    if form == "pallas":
+        try:
+            blocks = pallas_kernels.MLSTMBlockSizes(chunk=chunk_size)
+            h, final = pallas_kernels.mlstm_chunkwise(
+                q, k, v, i, f, initial_state=tuple(state), return_state=True, eps=eps,
+                block_sizes=blocks,
+            )  # fmt: skip
+        except pallas_kernels.KernelConfigError as err:
+            raise ConfigError(f"mlstm(form='pallas'): {err}") from None
+        final = MLSTMState(*final)
+    elif form == "recurrent":
+        h, final = _recurrent(q, k, v, i, f, state, eps)
+    elif form == "parallel":
+        h, final = mlstm_parallel(q, k, v, i, f, state, eps)
+    elif form == "chunkwise":
+        h, final = _chunkwise(q, k, v, i, f, state, chunk_size, eps)
+    else:
+        raise ConfigError(
+            f"mlstm: unknown form {form!r}; choose auto, chunkwise, parallel, recurrent or pallas"
+        )
+    return (h, final) if return_state else h

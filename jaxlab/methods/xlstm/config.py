@@ -1,0 +1,135 @@
+"""Configuration of the xLSTM 7B language model and its presets.
+
+Beck et al., "xLSTM 7B: A Recurrent LLM for Fast and Efficient Inference", ICML 2025, Sec. 3,
+and the released model: E = 4096, 32 blocks, 8 heads, qk head dim 256 (``qk_dim_factor`` 0.5),
+v head dim 512 (``v_dim_factor`` 1), SwiGLU width ``round_up(2.667 E, 64) = 10944``, vocabulary
+50304, untied embeddings, gates soft-capped at 15 and output logits at 30, input-gate bias -10
+and forget-gate biases linspace(3, 6) over heads. ``xLSTMConfig.xlstm_7b()`` is that model
+(6,865,424,896 parameters); :meth:`xLSTMConfig.tiny` a CPU-sized one. Where the authors' code
+(NX-AI/xlstm, ``xlstm_large``) and this one differ, the field says so:
+
+* ``init``: the shared rule of :mod:`jaxlab.nn.init` (default ``"gpt2"``), so that the xLSTM and
+  the Transformer it is compared with start from the same rule; the authors train with a
+  "small init" / "wang init" pair that is not part of the released model code.
+* ``positions`` is accepted (every LM config has it) and unused: the recurrence carries order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from jaxlab.core.config import check
+from jaxlab.nn.lm_config import LMConfig, NormName
+
+__all__ = ["xLSTMConfig"]
+
+CellForm = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
+
+
+def round_up(x: float, multiple: int) -> int:
+    """The smallest multiple of ``multiple`` that is >= x (the authors' width rounding)."""
+    return int(-(-x // multiple) * multiple)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
+    """Shape and options of :class:`jaxlab.methods.xlstm.xLSTM` (common fields:
+    :class:`~jaxlab.nn.lm_config.LMConfig`).
+
+    Attributes:
+      d_model: embedding width E.
+      num_heads: mLSTM heads NH.
+      qk_dim_factor, v_dim_factor: total q/k and v widths as fractions of E (head dims divide them
+        by NH).
+      d_ff: SwiGLU hidden width; 0 means ``round_up(ffn_factor * E, ffn_multiple)``.
+      gate_soft_cap, logit_soft_cap: ``a * tanh(x / a)`` caps on the gate pre-activations and on
+        the output logits (0 disables).
+      igate_bias, fgate_bias_range: input-gate bias init; forget-gate biases linspace over heads.
+      norm_eps, cell_eps: eps of the norms and of the mLSTM normaliser.
+      cell_form, chunk_size: which :func:`~jaxlab.methods.xlstm.mlstm` form trains, its chunk.
+      remat: rematerialise each block in the backward.
+      slstm_blocks: indices of blocks whose mixer is an sLSTM (:mod:`jaxlab.methods.xlstm.slstm`).
+    """
+
+    PAPER = {
+        "7b": dict(
+            d_model=4096, num_layers=32, num_heads=8, vocab_size=50304, seq_len=8192, d_ff=10944
+        )
+    }
+    FAMILY = "xLSTM"
+
+    norm: NormName = "rmsnorm"
+    d_model: int = 128
+    num_heads: int = 4
+    qk_dim_factor: float = 0.5
+    v_dim_factor: float = 1.0
+    ffn_factor: float = 2.667
+    ffn_multiple: int = 64
+    gate_soft_cap: float = 15.0
+    logit_soft_cap: float = 30.0
+    igate_bias: float = -10.0
+    fgate_bias_range: tuple[float, float] = (3.0, 6.0)
+    norm_eps: float = 1e-6
+    cell_eps: float = 1e-6
+    cell_form: CellForm = "auto"  # Pallas kernels on GPU/TPU once enabled, chunkwise otherwise
+    chunk_size: int = 64
+    remat: bool = False
+    slstm_blocks: tuple[int, ...] = ()  # blocks with an sLSTM layer instead (not in xLSTM 7B)
+
+    def check_fields(self) -> None:
+        for name in ("d_model", "num_heads", "chunk_size", "ffn_multiple"):
+            value = getattr(self, name)
+            check(value > 0, f"model.{name} must be positive, got {value}")
+        check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means round_up(ffn_factor * E))")
+        for name in ("qk_dim", "v_dim"):
+            value = getattr(self, name)
+            check(
+                value > 0 and value % self.num_heads == 0 and value == int(value),
+                f"model.{name[:-4]}_dim_factor gives {name}={value}, which model.num_heads="
+                f"{self.num_heads} must divide",
+            )
+        check(self.norm == "rmsnorm", "model.norm: the xLSTM uses RMSNorm (set model.norm=rmsnorm)")
+        check(self.gate_soft_cap >= 0 and self.logit_soft_cap >= 0, "soft caps must be >= 0")
+        check(
+            all(0 <= b < self.num_layers for b in self.slstm_blocks)
+            and self.d_model % self.num_heads == 0,
+            f"model.slstm_blocks={self.slstm_blocks} must index blocks 0..{self.num_layers - 1} "
+            "(and sLSTM heads need num_heads to divide d_model)",
+        )
+
+    @property
+    def qk_dim(self) -> int:
+        return int(self.d_model * self.qk_dim_factor)
+
+    @property
+    def v_dim(self) -> int:
+        return int(self.d_model * self.v_dim_factor)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_dim // self.num_heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.v_dim // self.num_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or round_up(self.ffn_factor * self.d_model, self.ffn_multiple)
+
+    def linear_shapes(self) -> tuple[tuple[int, int], ...]:
+        E, qk, v, ff = self.d_model, self.qk_dim, self.v_dim, self.ff_dim
+        return ((E, qk), (E, v), (v, E), (E, ff), (ff, E))
+
+    @classmethod
+    def xlstm_7b(cls, **overrides) -> xLSTMConfig:
+        """The released xLSTM 7B (paper Sec. 3; ``xlstm_large``'s defaults)."""
+        return cls.paper("7b", **overrides)
+
+    @classmethod
+    def tiny(cls, **overrides) -> xLSTMConfig:
+        """A CPU-sized model: E = 128, 4 blocks, 4 heads (qk head 16, v head 32), chunk 16."""
+        return cls(
+            **{"d_model": 128, "num_layers": 4, "num_heads": 4, "chunk_size": 16, **overrides}
+        )

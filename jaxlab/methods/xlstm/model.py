@@ -1,0 +1,244 @@
+"""The xLSTM 7B language model (Beck et al., ICML 2025) as Flax NNX modules.
+
+Architecture (paper Sec. 3, Fig. 1; ``xlstm_large``): a token embedding, ``num_layers`` blocks
+
+    x <- x + mLSTMLayer(RMSNorm(x))
+    x <- x + SwiGLU(RMSNorm(x))
+
+a final RMSNorm, an untied unembedding and logits soft-capped at 30 (``a * tanh(x / a)``). The
+mLSTM layer (paper Sec. 3.1): q, k, v projections of the normed input x (through the config's
+linear factory, so structured kinds apply), per-head scalar input and forget gates ``W x + b``
+soft-capped at 15 (input-gate bias -10, forget-gate biases linspace(3, 6) over heads), the mLSTM
+cell (:func:`jaxlab.methods.xlstm.mlstm`), a per-head LayerNorm of the cell output (weight, no
+bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gates, norms and the
+recurrent state are float32 whatever ``cfg.dtype`` is.
+
+Packed rows. At the first token of every document (and of the row) the forget gate is closed
+(``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
+on what precedes it in the row, nor on where it sits.
+
+Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states, whose size does not
+depend on the context; :meth:`xLSTM.extend` runs new tokens from a cache (the chunkwise form for a
+prompt, one :func:`~jaxlab.methods.xlstm.mlstm_step` per decoded token). Parameters carry logical
+axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.mesh import constrain
+from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
+from jaxlab.methods.xlstm.config import xLSTMConfig
+from jaxlab.methods.xlstm.slstm import sLSTMLayer, zero_slstm_state
+from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
+from jaxlab.nn.layers import param_init, unembedding
+
+__all__ = ["XLSTMCache", "soft_cap", "xLSTM"]
+
+F32 = jnp.float32
+XLSTMCache = dict  # {"states": tuple[MLSTMState, ...], "pos": int32 scalar}
+
+
+def soft_cap(x: Array, cap: float) -> Array:
+    """``cap * tanh(x / cap)`` (paper Sec. 3.2; Gemma 2's logit capping); ``cap = 0`` disables."""
+    return cap * jnp.tanh(x / cap) if cap else x
+
+
+def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
+    return nnx.RMSNorm(
+        dim, epsilon=cfg.norm_eps, dtype=F32, param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs
+    )
+
+
+class HeadGates(nnx.Module):
+    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), float32, soft-capped."""
+
+    def __init__(self, d: int, heads: int, bias: np.ndarray, std: float, cap: float, rngs):
+        init = param_init(nnx.initializers.normal(std), ("embed", None))
+        self.kernel = nnx.Param(init(rngs.params(), (d, heads), F32))
+        self.bias = nnx.Param(jnp.asarray(bias, F32))
+        self.cap = cap
+
+    def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
+        return soft_cap(x_BTE.astype(F32) @ self.kernel[...] + self.bias[...], self.cap)
+
+
+class MultiHeadNorm(nnx.Module):
+    """LayerNorm of each head's cell output over its Dv channels, weight only, in float32 (the
+    7B's ``MultiHeadLayerNorm``)."""
+
+    def __init__(self, heads: int, dim: int, eps: float, param_dtype: str, rngs: nnx.Rngs):
+        init = param_init(nnx.initializers.ones, ("heads",))
+        self.scale = nnx.Param(init(rngs.params(), (heads * dim,), jnp.dtype(param_dtype)))
+        self.heads, self.dim, self.eps = heads, dim, eps
+
+    def __call__(self, h_BTHV: Float[Array, "B T NH Dv"]) -> Float[Array, "B T V"]:
+        h = h_BTHV.astype(F32)
+        mean = jnp.mean(h, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
+        h = (h - mean) * jax.lax.rsqrt(var + self.eps)
+        B, T = h.shape[:2]
+        return h.reshape(B, T, -1) * self.scale[...].astype(F32)
+
+
+class mLSTMLayer(nnx.Module):  # noqa: N801
+    """q, k, v, gates, the mLSTM cell, per-head norm, output gate, out projection (Sec. 3.1)."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
+        E, NH, qk, v = cfg.d_model, cfg.num_heads, cfg.qk_dim, cfg.v_dim
+        linear = cfg.linear_factory()
+        std_in = weight_std(cfg.init, E)
+        std_out = weight_std(cfg.init, v, residual_layers=cfg.num_layers)
+        self.q = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.ogate = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(v, E, std=std_out, axes=("heads", "embed"), rngs=rngs)
+        cap = cfg.gate_soft_cap
+        self.igate = HeadGates(E, NH, np.full(NH, cfg.igate_bias), std_in, cap, rngs)
+        self.fgate = HeadGates(E, NH, np.linspace(*cfg.fgate_bias_range, NH), std_in, cap, rngs)
+        self.norm = MultiHeadNorm(NH, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
+        self.heads, self.dk, self.dv = NH, cfg.qk_head_dim, cfg.v_head_dim
+        self.form, self.chunk_size, self.eps = cfg.cell_form, cfg.chunk_size, cfg.cell_eps
+
+    def __call__(
+        self,
+        x_BTE: Float[Array, "B T E"],
+        reset_BT: Array,
+        state: MLSTMState | None = None,
+    ) -> tuple[Float[Array, "B T E"], MLSTMState]:
+        B, T, _ = x_BTE.shape
+
+        def heads(y, d):  # (B, T, NH*d) -> (B, NH, T, d)
+            return y.reshape(B, T, self.heads, d).transpose(0, 2, 1, 3)
+
+        q, k = heads(self.q(x_BTE), self.dk), heads(self.k(x_BTE), self.dk)
+        v = heads(self.v(x_BTE), self.dv)
+        i_BHT = self.igate(x_BTE).transpose(0, 2, 1)
+        # A closed forget gate at a document start zeroes the carried state (module docstring).
+        f_BHT = jnp.where(reset_BT[:, None, :], NEG, self.fgate(x_BTE).transpose(0, 2, 1))
+        if T == 1 and state is not None:  # decode: one recurrent step
+            h, state = mlstm_step(state, q[:, :, 0], k[:, :, 0], v[:, :, 0], i_BHT[..., 0],
+                                  f_BHT[..., 0], eps=self.eps)  # fmt: skip
+            h_BHTV = h[:, :, None]
+        else:
+            h_BHTV, state = mlstm(
+                q, k, v, i_BHT, f_BHT, form=self.form, chunk_size=self.chunk_size,
+                initial_state=state, return_state=True, eps=self.eps,
+            )  # fmt: skip
+        h_BTV = self.norm(h_BHTV.transpose(0, 2, 1, 3))
+        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(F32))
+        return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
+
+
+class SwiGLU(nnx.Module):
+    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), all three maps from the linear factory."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
+        E, ff, linear = cfg.d_model, cfg.ff_dim, cfg.linear_factory()
+        std_in = weight_std(cfg.init, E)
+        std_out = weight_std(cfg.init, ff, residual_layers=cfg.num_layers)
+        self.gate = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
+        self.up = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
+        self.down = linear(ff, E, std=std_out, axes=("mlp", "embed"), rngs=rngs)
+
+    def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
+        return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
+
+
+class Block(nnx.Module):
+    """``x + mLSTMLayer(RMSNorm(x))`` (or an sLSTM layer) then ``x + SwiGLU(RMSNorm(x))``."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs, slstm: bool = False):
+        self.norm_mlstm = _rmsnorm(cfg.d_model, cfg, rngs)
+        if slstm:
+            self.slstm = sLSTMLayer(cfg, rngs=rngs)
+        else:
+            self.mlstm = mLSTMLayer(cfg, rngs=rngs)
+        self.is_slstm = slstm
+        self.norm_ffn = _rmsnorm(cfg.d_model, cfg, rngs)
+        self.mlp = SwiGLU(cfg, rngs=rngs)
+        self.dtype = jnp.dtype(cfg.dtype)
+
+    def __call__(self, x_BTE, reset_BT, state=None):
+        mixer = self.slstm if self.is_slstm else self.mlstm
+        y_BTE, state = mixer(self.norm_mlstm(x_BTE).astype(self.dtype), reset_BT, state)
+        x_BTE = x_BTE + y_BTE
+        return x_BTE + self.mlp(self.norm_ffn(x_BTE).astype(self.dtype)), state
+
+
+class xLSTM(nnx.Module):  # noqa: N801
+    """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32)."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
+        init = param_init(nnx.initializers.normal(EMBEDDING_STD), ("vocab", "embed"))
+        self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, **kw)
+        self.blocks = nnx.List(
+            [Block(cfg, rngs=rngs, slstm=n in cfg.slstm_blocks) for n in range(cfg.num_layers)]
+        )
+        self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
+        self.unembed = unembedding(
+            cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
+            dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs,
+        )  # fmt: skip
+
+    def _run(self, tokens_BT, reset_BT, states):
+        x_BTE = constrain(self.embed(tokens_BT), "batch", None, None)
+        new_states = []
+        for block, state in zip(self.blocks, states, strict=True):
+            if self.cfg.remat:
+                x_BTE, state = nnx.remat(lambda b, x, r, s: b(x, r, s))(
+                    block, x_BTE, reset_BT, state
+                )
+            else:
+                x_BTE, state = block(x_BTE, reset_BT, state)
+            x_BTE = constrain(x_BTE, "batch", None, None)
+            new_states.append(state)
+        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype)).astype(F32)
+        return soft_cap(logits_BTV, self.cfg.logit_soft_cap), tuple(new_states)
+
+    def __call__(
+        self,
+        tokens_BT: Int[Array, "B T"],
+        *,
+        segment_ids: Int[Array, "B T"] | None = None,
+        positions: Int[Array, "B T"] | None = None,
+    ) -> Float[Array, "B T V"]:
+        del positions  # the recurrence carries order
+        B, T = tokens_BT.shape
+        reset_BT = jnp.zeros((B, T), bool).at[:, 0].set(True)
+        if segment_ids is not None and self.cfg.document_mask:
+            reset_BT = reset_BT.at[:, 1:].set(segment_ids[:, 1:] != segment_ids[:, :-1])
+        logits_BTV, _ = self._run(tokens_BT, reset_BT, (None,) * len(self.blocks))
+        return logits_BTV
+
+    # ------------------------------------------------------------------------------ generation
+
+    def init_cache(self, batch_size: int, max_len: int) -> XLSTMCache:
+        """Zero recurrent states for every block; their size does not depend on ``max_len``."""
+        del max_len
+        c = self.cfg
+        # A fresh buffer per block: a donated cache must not hold one buffer twice.
+        states = tuple(
+            zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
+            if n in c.slstm_blocks
+            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            for n in range(c.num_layers)
+        )
+        return {"states": states, "pos": jnp.zeros((), jnp.int32)}
+
+    def extend(
+        self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
+    ) -> tuple[Float[Array, "B T V"], XLSTMCache]:
+        """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
+        B, T = tokens_BT.shape
+        reset_BT = (cache["pos"] + jnp.arange(T) == 0)[None, :].repeat(B, 0)
+        logits_BTV, states = self._run(tokens_BT, reset_BT, cache["states"])
+        return logits_BTV, {"states": states, "pos": cache["pos"] + T}

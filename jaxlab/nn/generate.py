@@ -1,0 +1,167 @@
+"""Autoregressive generation for every jaxlab language model: prefill, a fixed-size cache, sampling.
+
+A model generates if it has two methods (:class:`CachedLM`): ``init_cache(batch_size, max_len)``
+returns a cache pytree whose shapes never change, and ``extend(tokens_BT, cache)`` returns the
+logits of ``T`` new tokens after the cached ones and the updated cache. The baseline Transformer's
+cache is a key/value cache preallocated to ``max_len`` (:mod:`jaxlab.nn.kv_cache`); the xLSTM's is
+its recurrent state, whose size does not depend on the context. On top of that:
+
+* :func:`prefill` runs the prompt through one ``extend`` from an empty cache;
+* :func:`decode_step` is one jitted token step (cache donated, so written in place);
+* :func:`sample` picks the next token: greedy (``temperature=0``), or with temperature and an
+  optional top-k cut from an explicit key;
+* :func:`generate` is prefill + a ``lax.scan`` of decode steps (one key per step, folded from the
+  caller's key);
+* :func:`teacher_forced_logits` prefills a prefix and then feeds the true tokens one at a time:
+  the logits must equal the full forward's (how the caches are tested).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from jaxlab.core.errors import ConfigError
+
+__all__ = [
+    "CachedLM",
+    "decode_step",
+    "generate",
+    "prefill",
+    "sample",
+    "supports_generation",
+    "teacher_forced_logits",
+]
+
+
+class CachedLM(Protocol):
+    """What :func:`generate` needs from a model."""
+
+    def init_cache(self, batch_size: int, max_len: int) -> Any: ...
+
+    def extend(self, tokens_BT: Int[Array, "B T"], cache: Any) -> tuple[Array, Any]: ...
+
+
+def supports_generation(model: nnx.Module) -> bool:
+    return callable(getattr(model, "init_cache", None)) and callable(getattr(model, "extend", None))
+
+
+def _check(model: nnx.Module) -> None:
+    if not supports_generation(model):
+        raise ConfigError(
+            f"{type(model).__name__} cannot generate: it needs init_cache(batch_size, max_len) "
+            "and extend(tokens, cache) (see jaxlab.nn.generate.CachedLM)"
+        )
+
+
+@functools.partial(jax.jit, static_argnames=("max_len",))
+def prefill(
+    model: nnx.Module, prompt_BT: Int[Array, "B T"], *, max_len: int
+) -> tuple[Float[Array, "B T V"], Any]:
+    """Logits of the prompt and the cache after it (room for ``max_len`` tokens in all)."""
+    _check(model)
+    cache = model.init_cache(prompt_BT.shape[0], max_len)
+    return model.extend(prompt_BT, cache)
+
+
+@functools.partial(jax.jit, donate_argnums=(2,))
+def decode_step(
+    model: nnx.Module, token_B: Int[Array, " B"], cache: Any
+) -> tuple[Float[Array, "B V"], Any]:
+    """One token through the model: its logits and the cache with it (the cache is donated)."""
+    logits_B1V, cache = model.extend(token_B[:, None], cache)
+    return logits_B1V[:, 0], cache
+
+
+def sample(
+    logits_BV: Float[Array, "B V"],
+    key: Array | None = None,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+) -> Int[Array, " B"]:
+    """The next token: argmax for ``temperature == 0``, else a draw from
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest logits (0: all)."""
+    if temperature == 0:
+        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+    if key is None:
+        raise ConfigError("sampling with temperature > 0 needs an explicit key")
+    logits_BV = logits_BV.astype(jnp.float32) / temperature
+    if top_k:
+        kth_B1 = jax.lax.top_k(logits_BV, top_k)[0][:, -1:]
+        logits_BV = jnp.where(logits_BV >= kth_B1, logits_BV, -jnp.inf)
+    return jax.random.categorical(key, logits_BV, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "max_len", "temperature", "top_k"))
+def _generate(model, prompt_BT, key, *, max_new_tokens, max_len, temperature, top_k):
+    logits_BTV, cache = prefill(model, prompt_BT, max_len=max_len)
+    first = sample(logits_BTV[:, -1], jax.random.fold_in(key, 0), temperature=temperature,
+                   top_k=top_k)  # fmt: skip
+
+    def body(carry, step):
+        token_B, cache = carry
+        logits_B1V, cache = model.extend(token_B[:, None], cache)
+        nxt = sample(logits_B1V[:, 0], jax.random.fold_in(key, step), temperature=temperature,
+                     top_k=top_k)  # fmt: skip
+        return (nxt, cache), token_B
+
+    _, tokens_NB = jax.lax.scan(body, (first, cache), jnp.arange(1, max_new_tokens + 1))
+    return jnp.concatenate([prompt_BT, tokens_NB.T], axis=1)
+
+
+def generate(
+    model: nnx.Module,
+    prompt_BT: Int[Array, "B T"],
+    *,
+    max_new_tokens: int,
+    key: Array | None = None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    max_len: int | None = None,
+) -> Int[Array, "B T+N"]:
+    """The prompt followed by ``max_new_tokens`` generated tokens.
+
+    Args:
+      model: a :class:`CachedLM`.
+      prompt_BT: int tokens; every row has the same length.
+      max_new_tokens: how many tokens to generate.
+      key: PRNG key for sampling (required when ``temperature > 0``).
+      temperature, top_k: see :func:`sample`.
+      max_len: cache length (default prompt + new tokens).
+    """
+    _check(model)
+    T = prompt_BT.shape[1]
+    max_len = max_len or T + max_new_tokens
+    if max_new_tokens < 1 or max_len < T + max_new_tokens:
+        raise ConfigError(
+            f"generate: need max_new_tokens >= 1 and max_len >= prompt + new tokens "
+            f"({T} + {max_new_tokens}); got max_new_tokens={max_new_tokens}, max_len={max_len}"
+        )
+    if temperature > 0 and key is None:
+        raise ConfigError("generate: temperature > 0 needs an explicit key")
+    key = jax.random.key(0) if key is None else key
+    return _generate(
+        model, prompt_BT, key, max_new_tokens=max_new_tokens, max_len=max_len,
+        temperature=float(temperature), top_k=int(top_k),
+    )  # fmt: skip
+
+
+def teacher_forced_logits(
+    model: nnx.Module, tokens_BT: Int[Array, "B T"], prompt_len: int
+) -> Float[Array, "B T V"]:
+    """Logits of every position: the first ``prompt_len`` from :func:`prefill`, the rest from one
+    :func:`decode_step` per true token. Equal to ``model(tokens_BT)`` when the cache is right."""
+    _check(model)
+    T = tokens_BT.shape[1]
+    logits_BPV, cache = prefill(model, tokens_BT[:, :prompt_len], max_len=T)
+    out = [logits_BPV]
+    for t in range(prompt_len, T):
+        logits_BV, cache = decode_step(model, tokens_BT[:, t], cache)
+        out.append(logits_BV[:, None])
+    return jnp.concatenate(out, axis=1)

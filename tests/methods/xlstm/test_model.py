@@ -1,0 +1,71 @@
+"""The xLSTM 7B model: the paper's parameter count, the init of its gates, its forms and dtypes.
+
+The language-model contract (causality, document resets, sharded steps, 64-device lowering,
+structured linear maps, cached generation) is in ``tests/contracts/test_language_models.py``.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
+from jaxlab.nn.layers import count_params
+
+TINY = xLSTMConfig(seq_len=16, num_layers=1, d_model=32, num_heads=4, chunk_size=4)
+
+
+def test_7b_parameter_count_matches_the_paper():
+    cfg = xLSTMConfig.xlstm_7b()
+    assert (cfg.qk_head_dim, cfg.v_head_dim, cfg.ff_dim) == (256, 512, 10944)
+    n = count_params(nnx.eval_shape(lambda: xLSTM(cfg, rngs=nnx.Rngs(0))))
+    assert abs(n - 6_865_424_896) <= 1e-3 * 6_865_424_896
+
+
+def test_gate_biases_start_where_the_paper_puts_them():
+    model = xLSTM(dataclasses.replace(TINY, num_heads=8, d_model=64), rngs=nnx.Rngs(0))
+    layer = model.blocks[0].mlstm
+    np.testing.assert_allclose(layer.igate.bias[...], -10.0)
+    np.testing.assert_allclose(layer.fgate.bias[...], np.linspace(3.0, 6.0, 8), rtol=1e-6)
+
+
+def test_cell_forms_give_the_same_logits():
+    tokens = jax.random.randint(jax.random.key(0), (2, 13), 0, 256)
+    logits = {
+        form: xLSTM(dataclasses.replace(TINY, cell_form=form), rngs=nnx.Rngs(0))(tokens)
+        for form in ("recurrent", "parallel", "chunkwise")
+    }
+    scale = float(jnp.max(jnp.abs(logits["recurrent"])))
+    for form in ("parallel", "chunkwise"):
+        np.testing.assert_allclose(logits[form], logits["recurrent"], atol=1e-5 * scale)
+
+
+def test_logits_are_soft_capped():
+    model = xLSTM(dataclasses.replace(TINY, logit_soft_cap=0.5), rngs=nnx.Rngs(0))
+    logits = model(jnp.zeros((1, 4), jnp.int32))
+    assert float(jnp.max(jnp.abs(logits))) < 0.5
+
+
+def test_bfloat16_compute_keeps_the_state_in_float32():
+    model = xLSTM(dataclasses.replace(TINY, dtype="bfloat16"), rngs=nnx.Rngs(0))
+    logits, cache = model.extend(jnp.zeros((1, 5), jnp.int32), model.init_cache(1, 8))
+    assert logits.dtype == jnp.float32
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(cache["states"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (dict(num_heads=3), "num_heads=3 must divide"),
+        (dict(cell_form="quadratic"), "cell_form"),
+        (dict(norm="layernorm"), "RMSNorm"),
+        (dict(chunk_size=0), "chunk_size"),
+    ],
+)
+def test_bad_configs_are_one_line_errors(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        dataclasses.replace(TINY, **overrides)
