@@ -103,10 +103,12 @@ class Spectral(LinearMap):
 
     @staticmethod
     def validate(d_in: int, d_out: int, *, rank: int) -> None:
-        if not 1 <= rank <= min(d_in, d_out):
+        k = min(d_in, d_out)
+        if not 1 <= rank < k:
+            # rank = k would train every pair (full-rank training) and leave no frozen column.
             raise ConfigError(
-                f"rank={rank} must lie in [1, min(d_in, d_out)={min(d_in, d_out)}] for a "
-                f"{d_in} -> {d_out} spectral map"
+                f"rank={rank} must lie in [1, min(d_in, d_out) - 1 = {k - 1}] for a "
+                f"{d_in} -> {d_out} spectral map (rank {k} is full-rank training)"
             )
 
     @property

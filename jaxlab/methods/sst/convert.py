@@ -85,7 +85,7 @@ def to_spectral(
 
     def make(i, path, layer):
         new = Spectral.from_matrix(
-            layer.dense_matrix(), min(rank, layer.d_in, layer.d_out), axes=_axes(layer),
+            layer.dense_matrix(), rank, axes=_axes(layer),
             dtype=str(layer.dtype), param_dtype=str(_param_dtype(layer)),
         )  # fmt: skip
         if key is not None:
