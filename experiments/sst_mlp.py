@@ -1,5 +1,4 @@
-"""SST comes closer to full-rank training than LoRA and ReLoRA* when a student MLP learns a random
-full-rank teacher.
+"""A student MLP of a random full-rank teacher: full < SST < min(LoRA, ReLoRA*) at equal rank.
 
 Command:  python experiments/run.py --exp=sst_mlp            (``--smoke``: under a minute)
 Result:   the headline printed at the end: each method's validation relative MSE (mean ± sample sd

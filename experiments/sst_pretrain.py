@@ -1,7 +1,8 @@
-"""SST pre-trains a small decoder LM closer to full-rank training than LoRA, ReLoRA* and GaLore at
-the same rank, with a fraction of the optimizer state.
+"""SST pre-trains a byte-level LM closer to full rank than LoRA, ReLoRA* and GaLore at equal rank.
 
-Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: about a minute)
+With a fraction of full-rank AdamW's optimizer state.
+
+Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: tiny shapes, 4 runs)
 Result:   the headline printed at the end: validation perplexity per method, the perplexity-gap
           reduction 1 − (ppl_SST − ppl_full)/(ppl_low-rank − ppl_full) against the best low-rank
           baseline, trainable parameters, optimizer-state bytes and step times relative to full
