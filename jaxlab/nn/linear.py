@@ -14,6 +14,9 @@ entry):
   (:func:`pallas_kernels.matmul`, the activation fused into the epilogue), chosen by
   ``matmul_impl`` (:class:`MatmulImpl`, resolved by :func:`default_matmul_impl`).
 * ``low_rank`` — ``M = U Vᵀ`` with rank ``r`` (``u``: ``(d_in, r)``, ``vt``: ``(r, d_out)``).
+* ``spectral`` — ``M = U diag(s) Vᵀ``, the thin SVD of the dense init, ``rank`` singular-vector
+  pairs trained at a time (Sparse Spectral Training, Zhao et al., ICML 2025):
+  :class:`jaxlab.nn.spectral.Spectral`.
 * ``btt`` — Block Tensor-Train with two cores and TT rank ``s`` (Qiu, Potapczynski, Finzi,
   Goldblum & Wilson, "Compute Better Spent: Replacing Dense Layers with Structured Matrices", ICML
   2024): the input splits into ``n1`` blocks of ``n2``, the output into ``m2`` blocks of ``m1``;
@@ -86,6 +89,7 @@ class LinearKind(enum.StrEnum):
     LOW_RANK = "low_rank"
     BTT = "btt"
     MLR = "mlr"
+    SPECTRAL = "spectral"
 
 
 class MatmulImpl(enum.StrEnum):
@@ -427,6 +431,12 @@ LINEAR_KINDS: dict[LinearKind, type[LinearMap]] = {
 }
 
 
+# Sparse Spectral Training's layer is defined on LinearMap in its own file (jaxlab.nn.spectral).
+from jaxlab.nn.spectral import Spectral  # noqa: E402
+
+LINEAR_KINDS[LinearKind.SPECTRAL] = Spectral
+
+
 class LinearFactory(Protocol):
     """What models take to build their linear maps (a :class:`LinearSpec`, or any such callable)."""
 
@@ -443,7 +453,7 @@ class LinearSpec:
 
     Attributes:
       kind: a :class:`LinearKind` value.
-      rank: ``low_rank``'s rank r.
+      rank: ``low_rank``'s rank r (and ``spectral``'s number of active pairs).
       btt_rank: ``btt``'s TT rank s.
       mlr_ranks: ``mlr``'s rank per level, level 0 (global) first.
       matmul_impl: ``dense``'s backend (:class:`MatmulImpl`); structured kinds use XLA einsums.

@@ -173,6 +173,7 @@ STRUCTURED = {
     "low_rank": dict(linear="low_rank", linear_rank=4),
     "btt": dict(linear="btt", linear_btt_rank=2),
     "mlr": dict(linear="mlr", linear_mlr_ranks=(4, 2)),
+    "spectral": dict(linear="spectral", linear_rank=4),
 }
 
 
@@ -181,7 +182,12 @@ STRUCTURED = {
 def test_structured_linear_maps_reach_the_model_and_train(name, kind):
     model = build(name, **STRUCTURED[kind])(nnx.Rngs(0))
     paths = {"/".join(map(str, p)) for p, _ in nnx.iter_graph(model)}
-    factor = {"low_rank": "/mlp/up/u", "btt": "/mlp/up/first", "mlr": "/mlp/up/right/0"}[kind]
+    factor = {
+        "low_rank": "/mlp/up/u",
+        "btt": "/mlp/up/first",
+        "mlr": "/mlp/up/right/0",
+        "spectral": "/mlp/up/u_active",
+    }[kind]
     assert any(p.endswith(factor) for p in paths)
     tokens = jax.random.randint(jax.random.key(0), (4, T + 1), 0, 256)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]

@@ -20,6 +20,7 @@ CASES = {
     "btt_s1": (LinearSpec(kind="btt"), 32, 48),
     "btt_s3": (LinearSpec(kind="btt", btt_rank=3), 48, 20),
     "mlr": (LinearSpec(kind="mlr", mlr_ranks=(4, 2, 1)), 32, 48),
+    "spectral": (LinearSpec(kind="spectral", rank=5), 24, 40),
 }
 
 
@@ -35,6 +36,10 @@ def numpy_matrix(layer) -> np.ndarray:
         return p(layer.kernel)
     if hasattr(layer, "u"):
         return p(layer.u) @ p(layer.vt)
+    if hasattr(layer, "u_active"):  # spectral: U diag(s) Vᵀ over the active and frozen columns
+        u = np.concatenate([p(layer.u_active), p(layer.u_frozen)], axis=1)
+        v = np.concatenate([p(layer.v_active), p(layer.v_frozen)], axis=1)
+        return (u * p(layer.s)) @ v.T
     if hasattr(layer, "first"):  # BTT: block-diagonal stage, regrouping, block-diagonal stage
         n1, n2, m2, m1, s = layer.shape
         first, second = p(layer.first), p(layer.second)

@@ -1,0 +1,108 @@
+"""The low-rank baselines: LoRA starts at its base model, a ReLoRA* merge keeps the function and
+resets the adapter, GaLore's step equals a hand-written projection of Adam, the jagged schedule."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.step import create_state, make_train_step, merge_state
+from jaxlab.methods.sst import (
+    LoRA,
+    LowRankTask,
+    SSTConfig,
+    jagged_schedule,
+    linear_layers,
+    relora_merge,
+    scale_by_galore,
+    to_lora,
+)
+from jaxlab.methods.sst.optim import make_method_optimizer
+from jaxlab.nn.transformer import Transformer, TransformerConfig
+from jaxlab.testing.toy import ToyTask
+
+T = 8
+CFG = TransformerConfig(seq_len=T, num_layers=2, d_model=16, num_heads=2)
+TOKENS = (jnp.arange(2 * T).reshape(2, T) * 5) % 256
+
+
+def test_lora_output_equals_the_base_model_at_init():
+    want = Transformer(CFG, rngs=nnx.Rngs(0))(TOKENS)
+    model = to_lora(Transformer(CFG, rngs=nnx.Rngs(0)), 4, alpha=8.0, key=jax.random.key(1))
+    layers = linear_layers(model, LoRA)
+    assert len(layers) == 2 * 6 and all(p[-1] != "unembed" for p, _ in layers)
+    np.testing.assert_array_equal(model(TOKENS), want)
+    # Only the adapters train: W₀ is not a parameter.
+    names = {p[-1] for p, _ in nnx.to_flat_state(nnx.state(layers[0][1], nnx.Param))}
+    assert names == {"u", "vt"}
+
+
+@pytest.fixture(scope="module")
+def relora_stepped():
+    sst = SSTConfig(method="relora", rank=2, relora_every=2, relora_warmup=1)
+    task = LowRankTask(ToyTask(dim=8, hidden=12), sst)
+    tx = make_method_optimizer(TrainConfig(), optax.constant_schedule(0.05), sst)
+    graphdef, state = create_state(task, tx, jax.random.key(0))
+    batch = {k: jnp.asarray(v) for k, v in next(task.train_iterator(8, 0)).items()}
+    step = jax.jit(make_train_step(task, graphdef))
+    for i in range(2):
+        state, _ = step(state, batch, jax.random.key(i))
+    return graphdef, state, batch
+
+
+def test_relora_merge_keeps_the_function_and_resets_the_adapter(relora_stepped):
+    graphdef, state, batch = relora_stepped
+    ts = merge_state(graphdef, state)
+    before = ts.model(batch["x"])
+    adam = ts.optimizer.opt_state[1][0]  # chain: clip, adamw(scale_by_adam, ...)
+
+    def moments(path):
+        nodes = [adam.mu, adam.nu]
+        for key in path:
+            nodes = [n[key] for n in nodes]
+        return jax.tree.leaves(nodes)
+
+    layers = linear_layers(ts.model, LoRA)
+    assert all(float(jnp.abs(x).max()) > 0 for x in moments(layers[0][0]))
+    assert float(jnp.abs(layers[0][1].adapter.vt[...]).max()) > 0
+    relora_merge(ts, jax.random.key(7))
+    np.testing.assert_allclose(ts.model(batch["x"]), before, rtol=1e-5, atol=1e-6)
+    for path, layer in layers:
+        assert float(jnp.abs(layer.adapter.vt[...]).max()) == 0.0  # B = 0 again
+        assert all(float(jnp.abs(x).max()) == 0 for x in moments(path))
+
+
+def test_jagged_schedule_rewarms_after_each_merge():
+    lr = jagged_schedule(optax.constant_schedule(1.0), every=10, warmup=4)
+    got = [float(lr(c)) for c in (0, 9, 10, 11, 13, 14, 19, 20)]
+    assert got == [1.0, 1.0, 0.25, 0.5, 1.0, 1.0, 1.0, 0.25]
+
+
+def test_galore_step_is_adam_in_the_top_r_gradient_subspace():
+    g = jax.random.normal(jax.random.key(0), (6, 10))  # m <= n: project from the left
+    params = {"w": jnp.zeros((6, 10)), "b": jnp.zeros((10,)), "embed": jnp.zeros((10, 6))}
+    grads = {"w": g, "b": jnp.ones((10,)), "embed": jnp.ones((10, 6))}
+    tx = scale_by_galore(rank=2, update_every=5, scale=0.25)
+    state = tx.init(params)
+    assert state.adam.mu["w"].shape == (2, 10)  # moments r x n
+    upd, state = tx.update(grads, state, params)
+    u, _, _ = np.linalg.svd(np.asarray(g, np.float64))
+    p = u[:, :2]
+    r = p.T @ np.asarray(g, np.float64)
+    adam = optax.scale_by_adam()
+    want_r, _ = adam.update(
+        {"w": jnp.asarray(r, jnp.float32)}, adam.init({"w": jnp.zeros((2, 10))})
+    )
+    # P adam(Pᵀ G) does not depend on the signs of P's columns (Adam is odd in its input).
+    want = 0.25 * p @ np.asarray(want_r["w"], np.float64)
+    np.testing.assert_allclose(upd["w"], want, rtol=1e-4, atol=1e-5)
+    full = adam.update(grads, adam.init(params))[0]  # others: plain Adam
+    np.testing.assert_allclose(upd["b"], full["b"], rtol=1e-6)
+    np.testing.assert_allclose(upd["embed"], full["embed"], rtol=1e-6)
+    # Between refreshes the projector is kept.
+    proj = np.asarray(state.projectors["w"])
+    _, state2 = tx.update({**grads, "w": -g}, state, params)
+    np.testing.assert_array_equal(state2.projectors["w"], proj)
