@@ -6,8 +6,8 @@ directory, ``$XDG_CACHE_HOME/jaxlab/jax`` (``~/.cache/jaxlab/jax`` when that is 
 environment variable ``JAXLAB_COMPILATION_CACHE`` overrides it: a directory to use instead, or
 ``off`` to disable it (the test suite sets ``off`` so that tests never write into the home
 directory). When only JAX's own ``JAX_COMPILATION_CACHE_DIR`` is set, JAX's setting is left alone.
-The minimum compile time for an entry is lowered from JAX's 1 s, because on a small CPU run most of
-the start-up is many compilations shorter than that.
+The minimum compile time for an entry is lowered from JAX's default of one second, because a small
+run on a CPU starts with many compilations shorter than that.
 """
 
 from __future__ import annotations

@@ -102,13 +102,16 @@ def test_btt_with_square_root_blocks_below_sqrt_would_lose_rank():
 
 def test_parameter_counts_match_closed_forms():
     # dense d_in*d_out; low rank r(d_in + d_out); BTT s(m2 d_in + n1 d_out) with n1 = 8 (32 = 8*4),
-    # m2 = 8 (48 = 8*6), and for 48 -> 20: n1 = 8, m2 = 5; MLR sum_l r_l (d_in + d_out).
+    # m2 = 8 (48 = 8*6), and for 48 -> 20: n1 = 8, m2 = 5; MLR sum_l r_l (d_in + d_out); spectral
+    # r(d_in + d_out) + k trainable (s and the r active pairs; the k - r frozen pairs are not
+    # parameters), k = min(d_in, d_out).
     want = {
         "dense": 24 * 40,
         "low_rank": 5 * (24 + 40),
         "btt_s1": 1 * (8 * 32 + 8 * 48),
         "btt_s3": 3 * (5 * 48 + 8 * 20),
         "mlr": (4 + 2 + 1) * (32 + 48),
+        "spectral": 5 * (24 + 40) + 24,
     }
     assert {name: count_params(build(name)) for name in CASES} == want
 
