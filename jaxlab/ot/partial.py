@@ -40,7 +40,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
-from jaxlab.ot.problem import check_positive, is_traced
+from jaxlab.ot.problem import check_arrays, check_positive, is_traced
 
 __all__ = ["PartialOTOutput", "check_partial_inputs", "partial_ot"]
 
@@ -86,18 +86,7 @@ def check_partial_inputs(a, b, cost, mass, epsilon) -> None:
     if epsilon is not None:
         check_positive("epsilon", epsilon)
     check_positive("mass", mass)
-    a, b, cost = np.asarray(a), np.asarray(b), np.asarray(cost)
-    if cost.ndim != 2 or min(cost.shape) < 1:
-        raise ConfigError(f"cost must be an (n, m) matrix, got shape {cost.shape}")
-    if a.shape != (cost.shape[0],) or b.shape != (cost.shape[1],):
-        raise ConfigError(
-            f"marginals of shapes {a.shape}, {b.shape} do not fit a cost of shape {cost.shape}"
-        )
-    for name, x in (("a", a), ("b", b), ("cost", cost)):
-        if x.dtype.kind not in "fiu":
-            raise ConfigError(f"{name} must hold real numbers, got dtype {x.dtype}")
-        if not np.all(np.isfinite(x)):
-            raise ConfigError(f"{name} contains NaN or inf; pass finite values")
+    a, b, cost = check_arrays(a, b, cost)
     if np.any(a < 0) or np.any(b < 0):
         raise ConfigError("marginals a and b must be non-negative")
     if epsilon is not None and (np.any(a == 0) or np.any(b == 0)):

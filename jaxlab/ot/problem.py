@@ -19,7 +19,14 @@ import numpy as np
 
 from jaxlab.core.errors import ConfigError
 
-__all__ = ["check_inputs", "check_positive", "from_linear_problem", "is_traced", "unpack_cost"]
+__all__ = [
+    "check_arrays",
+    "check_inputs",
+    "check_positive",
+    "from_linear_problem",
+    "is_traced",
+    "unpack_cost",
+]
 
 
 def is_traced(*xs: Any) -> bool:
@@ -69,17 +76,13 @@ def from_linear_problem(problem: Any) -> tuple[Any, Any, Any, Any]:
     return cost, problem.a, problem.b, epsilon
 
 
-def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any) -> None:
-    """Raises ConfigError for marginals or costs the dual cannot handle (concrete values only).
-
-    The dual (Wang & Qiu, ICML 2025, Eq. 3) needs an ``(n, m)`` cost with ``n, m ≥ 2``, finite
-    values, strictly positive marginals (``log a`` appears in every solver) of equal mass, and a
-    finite ``ε > 0``.
-    """
-    check_positive("epsilon", epsilon)
+def check_arrays(a: Any, b: Any, cost: Any, *, min_points: int = 1) -> tuple[np.ndarray, ...]:
+    """``(a, b, cost)`` as numpy arrays, or a ConfigError: an ``(n, m)`` real, finite cost with
+    ``n, m >= min_points`` and real, finite marginals of shapes ``(n,)`` and ``(m,)``."""
     a, b, cost = np.asarray(a), np.asarray(b), np.asarray(cost)
-    if cost.ndim != 2 or min(cost.shape) < 2:
-        raise ConfigError(f"cost must be an (n, m) matrix with n, m >= 2, got shape {cost.shape}")
+    if cost.ndim != 2 or min(cost.shape) < min_points:
+        at_least = f" with n, m >= {min_points}" if min_points > 1 else ""
+        raise ConfigError(f"cost must be an (n, m) matrix{at_least}, got shape {cost.shape}")
     if a.shape != (cost.shape[0],) or b.shape != (cost.shape[1],):
         raise ConfigError(
             f"marginals of shapes {a.shape}, {b.shape} do not fit a cost of shape {cost.shape}"
@@ -89,6 +92,18 @@ def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any) -> None:
             raise ConfigError(f"{name} must hold real numbers, got dtype {x.dtype}")
         if not np.all(np.isfinite(x)):
             raise ConfigError(f"{name} contains NaN or inf; pass finite values")
+    return a, b, cost
+
+
+def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any) -> None:
+    """Raises ConfigError for marginals or costs the dual cannot handle (concrete values only).
+
+    The dual (Wang & Qiu, ICML 2025, Eq. 3) needs an ``(n, m)`` cost with ``n, m ≥ 2``, finite
+    values, strictly positive marginals (``log a`` appears in every solver) of equal mass, and a
+    finite ``ε > 0``.
+    """
+    check_positive("epsilon", epsilon)
+    a, b, cost = check_arrays(a, b, cost, min_points=2)
     for name, x in (("a", a), ("b", b)):
         if np.any(x < 0):
             raise ConfigError(f"marginal {name} has negative entries; pass non-negative weights")
