@@ -120,11 +120,12 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one_process(repo_root, uninterrupted, tmp_path):
+def run_two_processes(repo_root, command):
+    """Runs ``command`` as two ``jax.distributed`` processes of 4 devices; asserts both pass."""
     port = _free_port()
     procs = [
         subprocess.Popen(
-            _command(tmp_path),
+            command,
             cwd=repo_root,
             env=_env(
                 4,
@@ -141,5 +142,9 @@ def test_two_processes_match_one_process(repo_root, uninterrupted, tmp_path):
     outs = [p.communicate(timeout=900) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
+
+
+def test_two_processes_match_one_process(repo_root, uninterrupted, tmp_path):
+    run_two_processes(repo_root, _command(tmp_path))
     # Two processes x 4 devices run the same (8-device) global program as one process x 8 devices.
     _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=1e-5)

@@ -17,7 +17,13 @@ import pytest
 
 from jaxlab.core.metrics import read_metrics
 from jaxlab.testing.corpus import kjv_bpe_corpus
-from tests.core.test_processes import _assert_rows_close, _command, _env, _free_port, _rows
+from tests.core.test_processes import (
+    _assert_rows_close,
+    _command,
+    _env,
+    _rows,
+    run_two_processes,
+)
 
 
 @pytest.fixture(scope="module")
@@ -84,26 +90,7 @@ def test_sigkill_then_rerun_from_shards_ends_with_same_metrics(
 
 
 def test_two_processes_from_shards_match_one_process(repo_root, data, uninterrupted, tmp_path):
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            _command(tmp_path, *data),
-            cwd=repo_root,
-            env=_env(
-                4,
-                JAXLAB_NUM_PROCESSES="2",
-                JAXLAB_COORDINATOR=f"127.0.0.1:{port}",
-                JAXLAB_PROCESS_ID=str(i),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-2000:]
+    run_two_processes(repo_root, _command(tmp_path, *data))
     _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=1e-5)
 
 
