@@ -81,15 +81,7 @@ PRESETS = {
     # The ViT-B/16 run of the paper (Sec. 5, Appendix): τ fixed at 0.01, ε = 1e-4, γ = 1, global
     # batch 5120, lr 3.125e-4; towers at ViT-B width/depth on the 32-px canvas (patch 4).
     "paper": lambda: Config(
-        model=CLIPConfig(
-            image_tower="vit",
-            patch=4,
-            width=768,
-            depth=12,
-            heads=12,
-            vocab_size=len(VOCAB),
-            embed_dim=512,
-        ),  # fmt: skip
+        model=CLIPConfig.vit_b(len(VOCAB)),
         train=_train_cfg(30000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         data=DataConfig(train_pairs=1_000_000, reference_pairs=100_000),

@@ -69,15 +69,7 @@ PRESETS = {
         seeds=1,
     ),
     "paper": lambda: Config(
-        model=CLIPConfig(
-            image_tower="vit",
-            patch=4,
-            width=768,
-            depth=12,
-            heads=12,
-            vocab_size=len(VOCAB),
-            embed_dim=512,
-        ),  # fmt: skip
+        model=CLIPConfig.vit_b(len(VOCAB)),
         train=_train_cfg(2000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         sizes=(100_000, 200_000, 400_000, 800_000),

@@ -53,6 +53,15 @@ class CLIPConfig:
         check(self.image_size % self.patch == 0, "model.patch must divide model.image_size")
         check(self.width % self.heads == 0, "model.heads must divide model.width")
 
+    @classmethod
+    def vit_b(cls, vocab_size: int) -> CLIPConfig:
+        """ViT-B width and depth (768, 12 blocks, 12 heads; 512-d embeddings) for the paper
+        presets, on the rendered 32-px canvas with 4-px patches."""
+        return cls(
+            image_tower="vit", patch=4, width=768, depth=12, heads=12, vocab_size=vocab_size,
+            embed_dim=512,
+        )  # fmt: skip
+
 
 class _Block(nnx.Module):
     """Pre-norm transformer block; ``causal`` for the text tower, bidirectional for the ViT."""
