@@ -1,13 +1,14 @@
 """Test setup: 8 simulated CPU devices before JAX is imported, and shared fixtures.
 
 The device count must be fixed before JAX initialises its backends, so it is set here, at import
-time of the conftest, through ``XLA_FLAGS``; the persistent compilation cache of ``run.py`` is
-turned off so that no test writes into the user's cache directory. ``x64`` runs a test with 64-bit
+time of the conftest, through ``XLA_FLAGS``; the persistent compilation cache points at a directory
+of this test run's own (below), never the user's cache directory. ``x64`` runs a test with 64-bit
 floats enabled (solvers compare against float64 references); everything else runs in the default
 32-bit mode.
 """
 
 import os
+import shutil
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
@@ -16,15 +17,36 @@ if "xla_force_host_platform_device_count" not in _flags:
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("WANDB_SILENT", "true")
 # run.py turns JAX's persistent compilation cache on in the user's cache directory; tests (and the
-# experiments/run.py processes they start) must not write there.
-os.environ["JAXLAB_COMPILATION_CACHE"] = "off"
-
+# experiments/run.py processes they start) must not write there. They share one cache of their own
+# instead, made for this test run and removed at its end: the xdist workers and every run.py they
+# start then compile a step of given shapes once (the next seed of a sweep, a resumed or killed
+# and restarted run, a notebook repeating an experiment) rather than each time.
+# JAXLAB_TEST_COMPILATION_CACHE=off turns it off.
 import pathlib
+import tempfile
+
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
+TEST_CACHE = pathlib.Path(tempfile.gettempdir()) / f"jaxlab-test-jit-cache-{_RUN_ID}"
+_use_cache = os.environ.get("JAXLAB_TEST_COMPILATION_CACHE", "").lower() != "off"
+os.environ["JAXLAB_COMPILATION_CACHE"] = str(TEST_CACHE) if _use_cache else "off"
 
 import jax
 import pytest
 
+from jaxlab.core.compile_cache import enable_compilation_cache
+
+if _use_cache:
+    enable_compilation_cache()
+    # Only compilations worth a disk round trip: most test compilations take milliseconds.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.3)
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run's cache goes when the run ends (in the controller, after every worker)."""
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(TEST_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

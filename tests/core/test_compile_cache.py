@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from jaxlab.core.compile_cache import cache_dir
+from tests.conftest import TEST_CACHE
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,10 @@ def test_cache_dir_from_environment(env, expected):
 
 
 def test_suite_never_writes_into_home():
-    assert cache_dir() is None  # tests/conftest.py turns the cache off
+    # tests/conftest.py points the cache at this test run's own directory, or turns it off.
+    path = cache_dir()
+    assert path in (None, TEST_CACHE)
+    assert path is None or not path.is_relative_to(pathlib.Path.home())
 
 
 def test_run_py_fills_the_cache_it_is_given(repo_root, tmp_path):

@@ -5,23 +5,22 @@ then: ``lm_baseline --smoke`` from the shards as a subprocess (the uninterrupted
 same command SIGKILLed after its first checkpoint and re-run (identical metrics), two
 ``jax.distributed`` processes (equal to one process; each reads only its rows from disk), and
 ``rmt_scaling --smoke`` from the shards. The helpers and the recipe are those of
-``tests/core/test_processes.py``.
+``tests/core/test_processes.py`` (:mod:`jaxlab.testing.processes`).
 """
 
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from jaxlab.core.metrics import read_metrics
 from jaxlab.testing.corpus import kjv_bpe_corpus
-from tests.core.test_processes import (
-    _assert_rows_close,
-    _command,
-    _env,
-    _rows,
+from jaxlab.testing.processes import (
+    assert_rows_close,
+    compared_rows,
+    cpu_env,
+    kill_after_checkpoint,
+    lm_command,
     run_two_processes,
 )
 
@@ -36,9 +35,9 @@ def data(tmp_path_factory):
 def uninterrupted(repo_root, data, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("shards_uninterrupted")
     done = subprocess.run(
-        _command(workdir, *data),
+        lm_command(workdir, *data),
         cwd=repo_root,
-        env=_env(8),
+        env=cpu_env(8),
         capture_output=True,
         text=True,
         timeout=300,
@@ -60,38 +59,26 @@ def test_lm_baseline_learns_from_bpe_shards(uninterrupted):
 def test_sigkill_then_rerun_from_shards_ends_with_same_metrics(
     repo_root, data, uninterrupted, tmp_path
 ):
-    proc = subprocess.Popen(
-        _command(tmp_path, *data),
-        cwd=repo_root,
-        env=_env(8),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    killed_at = kill_after_checkpoint(
+        lm_command(tmp_path, *data), tmp_path, cwd=repo_root, env=cpu_env(8)
     )
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if len(read_metrics(tmp_path)) >= 3 and (tmp_path / "checkpoints" / "10").exists():
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert 10 <= max(r["step"] for r in read_metrics(tmp_path)) < 30
+    assert 10 <= killed_at < 30
     done = subprocess.run(
-        _command(tmp_path, *data),
+        lm_command(tmp_path, *data),
         cwd=repo_root,
-        env=_env(8),
+        env=cpu_env(8),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from step" in done.stdout
-    _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=0)
+    assert_rows_close(compared_rows(tmp_path), compared_rows(uninterrupted), rtol=0)
 
 
 def test_two_processes_from_shards_match_one_process(repo_root, data, uninterrupted, tmp_path):
-    run_two_processes(repo_root, _command(tmp_path, *data))
-    _assert_rows_close(_rows(tmp_path), _rows(uninterrupted), rtol=1e-5)
+    run_two_processes(repo_root, lm_command(tmp_path, *data))
+    assert_rows_close(compared_rows(tmp_path), compared_rows(uninterrupted), rtol=1e-5)
 
 
 @pytest.mark.slow  # four small trainings and four AOT compiles: the longest case here
