@@ -3,7 +3,7 @@
 Both kernel styles run in interpret mode on CPU (GPU style: one program walks its chunks; TPU
 style: the chunk axis is a sequential grid axis with VMEM scratch). Tolerances are relative to
 max|h| (or max|grad|): float32 kernels against the float32 parallel form differ by summation order
-over at most S terms, measured ~1e-6 (h) and <= 5e-6 (gradients); 2e-5 leaves room. Gradients
+over at most S terms, measured ~1e-6 for h; 2e-5 leaves room, for h and gradients. Gradients
 (the Pallas backward kernels) are compared at ``eps = 0``, where the kernel's gate-gradient
 formulas are exact (module docstring of the kernel), with jax.grad of the parallel form and with
 the kernel file's XLA backward (``_bwd_reference``: the vjp of the jnp mirror). The kernels compute
