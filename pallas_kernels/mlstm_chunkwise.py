@@ -1,4 +1,4 @@
-"""Chunkwise mLSTM in Pallas: an inter-chunk state kernel and an intra-chunk output kernel.
+"""Chunkwise mLSTM in Pallas: inter-chunk state and intra-chunk kernels, forward and backward.
 
 The mLSTM of xLSTM 7B (Beck et al., ICML 2025, Sec. 2 and App. A; the recurrence is written out in
 ``jaxlab.methods.xlstm.cell``), per head with ``q~ = q / sqrt(Dqk)``, ``lf = log sigmoid(f)`` and
@@ -23,8 +23,9 @@ kernels.
 Backward (``custom_vjp``; differentiable output ``h``, the returned final state carries no
 gradient), also in Pallas. With the gates held fixed every stabiliser (``m_t``, the chunk-start
 ``m``) is a constant and ``h`` is a rational function of q, k, v and the initial state, so the
-stabiliser cancels in the gradient as in the forward (App. A: it only rescales numerator and
-normaliser together). Per token, ``nq_t`` is the signed normaliser sum above (before ``|.|``),
+stabiliser cancels in the gradient as it does in the forward (it rescales numerator and
+normaliser together; the derivation is ours, in these kernels' stabilised variables). Per token,
+``nq_t`` is the signed normaliser sum above (before ``|.|``),
 ``den_t = max(|nq_t|, exp(-m_t)) + eps`` and ``h_t = num_t / den_t``, so
 
 * ``dnum_t = dh_t / den_t`` and ``dnq_t = -sign(nq_t) (h_t·dnum_t)`` where ``|nq_t| > exp(-m_t)``,
@@ -40,7 +41,8 @@ normaliser together). Per token, ``nq_t`` is the signed normaliser sum above (be
   and ``e_s = exp(a_s + i_s - m_{c+1})`` (the weight of token s in the chunk-end state),
   ``dq~_t = sum_s dP_ts k_s + w0_t (C dnum_t + dnq_t n)``,
   ``dk_s = sum_t dP_ts q~_t + e_s (dC_{c+1} v_s + dn_{c+1})`` and
-  ``dv_s = sum_t A_ts S_ts dnum_t + e_s dC_{c+1}ᵀ k_s``; ``dq = dq~ / sqrt(Dqk)``.
+  ``dv_s = sum_t A_ts S_ts dnum_t + e_s dC_{c+1}ᵀ k_s``; ``dq = dq~ / sqrt(Dqk)``. Padding tokens
+  get ``e = 0`` and zero cotangents, so they add nothing.
 
 Residuals: the inputs, the float32 output ``h``, the per-token ``m_t`` and ``nq_t`` (two extra
 (S, 1) columns of the output kernel) and the chunk-start states ``(C, n, m)`` that kernel 1 writes
@@ -90,7 +92,7 @@ NEG = -1e30  # log weight of padding: finite, so no inf - inf
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-    """The chunk length ``L`` (a power of two >= 8): both kernels tile the sequence by it.
+    """The chunk length ``L`` (a power of two >= 8): all four kernels tile the sequence by it.
 
     TPU tiles want the chunk to fill the 128 vector lanes (:meth:`for_backend`).
     """
