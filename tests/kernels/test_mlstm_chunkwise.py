@@ -6,7 +6,8 @@ max|h| (or max|grad|): float32 kernels against the float32 parallel form differ 
 over at most S terms, measured ~1e-6 for h; 2e-5 leaves room, for h and gradients. Gradients
 (the Pallas backward kernels) are compared at ``eps = 0``, where the kernel's gate-gradient
 formulas are exact (module docstring of the kernel), with jax.grad of the parallel form and with
-the kernel file's XLA backward (``_bwd_reference``: the vjp of the jnp mirror). The kernels compute
+the kernel file's XLA backward (``_bwd_reference``: the vjp of the jnp mirror); one test takes a
+large eps, where only q, k, v and the state's gradients are exact. The kernels compute
 in float32 only, so there is no float64 mode here; the cell's forms are checked in float64 in
 ``tests/methods/xlstm``.
 """
