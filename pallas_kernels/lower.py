@@ -182,25 +182,31 @@ def matmul_cases(platform: Platform) -> Iterator[Case]:
 
 # ----------------------------------------------------------------------------- chunkwise mLSTM
 
+# The chunk lengths that ship: each platform's kernel default, and the xLSTM models' chunk_size
+# (``xLSTMConfig.chunk_size``, 64, which form="pallas" passes on either platform).
+MLSTM_BLOCKS: dict[Platform, dict[str, MLSTMBlockSizes]] = {
+    "cuda": {"gpu-default": MLSTMBlockSizes.for_backend("gpu")},
+    "tpu": {"tpu-default": MLSTMBlockSizes.for_backend("tpu"), "model": MLSTMBlockSizes(64)},
+}
 #             B  NH  S    Dk   Dv   (xLSTM 7B: Dk 256, Dv 512; smaller heads here keep it quick)
 MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128)]  # a chunk multiple; a padded tail
 
 
 def mlstm_cases(platform: Platform) -> Iterator[Case]:
-    blocks = MLSTMBlockSizes.for_backend(STYLE[platform])
-    for (B, NH, Sq, Dk, Dv), dtype in ((s, d) for s in MLSTM_SHAPES for d in DTYPES):
+    for blocks, (B, NH, Sq, Dk, Dv), dtype in (
+        (b, s, d) for b in MLSTM_BLOCKS[platform].values() for s in MLSTM_SHAPES for d in DTYPES
+    ):
         dt = DTYPES[dtype]
         args = [S((B, NH, Sq, Dk), dt), S((B, NH, Sq, Dk), dt), S((B, NH, Sq, Dv), dt)]
         args += [S((B, NH, Sq), jnp.float32)] * 2
 
-        def fn(q, k, v, i, f):
+        def fn(q, k, v, i, f, blocks=blocks):
             return mlstm_chunkwise(
                 q, k, v, i, f, block_sizes=blocks, interpret=False, backend=STYLE[platform]
             )
 
         description = f"q({B},{NH},{Sq},{Dk}) v(..,{Dv}) {dtype} chunk={blocks.chunk}"
-        # Forward only: the backward is XLA (the vjp of the jnp mirror plus the gate formulas).
-        yield Case("mlstm_chunkwise", "fwd", platform, description, fn, tuple(args))
+        yield from fwd_and_bwd("mlstm_chunkwise", platform, description, fn, args, n_diff=5)
 
 
 # ------------------------------------------------------------------------------------ the table
@@ -213,7 +219,7 @@ KERNELS: dict[str, Callable[[Platform], Iterable[Case]]] = {
     "mlstm_chunkwise": mlstm_cases,
 }
 # Kernels whose backward is XLA, not Pallas: the table lowers their forward only.
-FORWARD_ONLY = frozenset({"mlstm_chunkwise"})
+FORWARD_ONLY: frozenset[str] = frozenset()
 
 
 def cases(platforms: Iterable[Platform] = PLATFORMS, kernels: Iterable[str] | None = None):

@@ -1,4 +1,4 @@
-"""Chunkwise mLSTM in Pallas: an inter-chunk state kernel and an intra-chunk output kernel.
+"""Chunkwise mLSTM in Pallas: inter-chunk state and intra-chunk kernels, forward and backward.
 
 The mLSTM of xLSTM 7B (Beck et al., ICML 2025, Sec. 2 and App. A; the recurrence is written out in
 ``jaxlab.methods.xlstm.cell``), per head with ``q~ = q / sqrt(Dqk)``, ``lf = log sigmoid(f)`` and
@@ -21,14 +21,44 @@ Lengths that are not chunk multiples are padded with tokens that leave the state
 kernels.
 
 Backward (``custom_vjp``; differentiable output ``h``, the returned final state carries no
-gradient). ``dq, dk, dv`` and the initial state's ``dC0, dn0`` come from the vjp of the jnp
-chunkwise mirror of the two kernels (:func:`_chunkwise_jnp`) with the gates held fixed. The gate
-gradients then follow without differentiating through the stabiliser: ``k_s`` only ever appears as
-``exp(i_s - F_s) k_s`` and ``q_t`` as ``exp(F_t) q_t`` (``F`` the cumulative log forget gate from
-the start, the initial state as ``exp(m_0) (C_0, n_0)``), so
+gradient), also in Pallas. With the gates held fixed every stabiliser (``m_t``, the chunk-start
+``m``) is a constant and ``h`` is a rational function of q, k, v and the initial state, so the
+stabiliser cancels in the gradient as it does in the forward (it rescales numerator and
+normaliser together; the derivation is ours, in these kernels' stabilised variables). Per token,
+``nq_t`` is the signed normaliser sum above (before ``|.|``),
+``den_t = max(|nq_t|, exp(-m_t)) + eps`` and ``h_t = num_t / den_t``, so
+
+* ``dnum_t = dh_t / den_t`` and ``dnq_t = -sign(nq_t) (h_t·dnum_t)`` where ``|nq_t| > exp(-m_t)``,
+  else 0 (on the ``exp(-m_t)`` branch the normaliser does not depend on q, k, n). These are O(S)
+  elementwise terms in jnp, like flash attention's ``delta``.
+* Reverse state kernel (one program per batch x head, chunks in reverse, mirroring kernel 1):
+  ``dC``, ``dn`` at the end of chunk c (zero after the last chunk) are written out, then carried
+  to its start by the transposed recurrence ``dC_c = decay_c dC_{c+1} + sum_t w0_t q~_t dnum_tᵀ``,
+  ``dn_c = decay_c dn_{c+1} + sum_t w0_t dnq_t q~_t`` with ``decay_c = exp(g + m_c - m_{c+1})``
+  and ``w0_t = exp(b_t + m_c - m_t)``; the carry at the first chunk's start is ``dC0, dn0``.
+* Intra-chunk kernel (one program per batch x head x chunk, parallel): with
+  ``A_ts = exp(D_ts - m_t)`` (s <= t), ``S_ts = q~_t·k_s``, ``dP_ts = A_ts (dnum_t·v_s + dnq_t)``
+  and ``e_s = exp(a_s + i_s - m_{c+1})`` (the weight of token s in the chunk-end state),
+  ``dq~_t = sum_s dP_ts k_s + w0_t (C dnum_t + dnq_t n)``,
+  ``dk_s = sum_t dP_ts q~_t + e_s (dC_{c+1} v_s + dn_{c+1})`` and
+  ``dv_s = sum_t A_ts S_ts dnum_t + e_s dC_{c+1}ᵀ k_s``; ``dq = dq~ / sqrt(Dqk)``. Padding tokens
+  get ``e = 0`` and zero cotangents, so they add nothing.
+
+Residuals: the inputs, the float32 output ``h``, the per-token ``m_t`` and ``nq_t`` (two extra
+(S, 1) columns of the output kernel) and the chunk-start states ``(C, n, m)`` that kernel 1 writes
+for kernel 2 anyway. Keeping the states costs S/L x Dqk x Dv floats per head (for xLSTM 7B at
+L = 64 eight times q's size) but saves re-running the sequential state kernel in the backward;
+the L x L decay weights are recomputed per chunk, never stored. ``w0``, ``e`` and ``decay`` are
+O(S) exponentials of the saved stabilisers, computed in jnp.
+
+Gate gradients then follow from ``dq, dk`` without differentiating through the stabiliser:
+``k_s`` only ever appears as ``exp(i_s - F_s) k_s`` and ``q_t`` as ``exp(F_t) q_t`` (``F`` the
+cumulative log forget gate from the start, the initial state as ``exp(m_0) (C_0, n_0)``), so
 ``di_t = k_t·dk_t``, ``dF_t = q_t·dq_t - k_t·dk_t``, ``dlf_t = sum_{u >= t} dF_u``,
 ``df_t = dlf_t sigmoid(-f_t)`` and ``dm_0 = C_0·dC_0 + n_0·dn_0``. These are exact for ``eps = 0``;
 with ``eps > 0`` they drop the eps-sized dependence on the stabiliser (as the authors' kernels do).
+:func:`_bwd_reference` is the same backward in XLA: the vjp of the jnp mirror of the forward
+kernels (:func:`_chunkwise_jnp`) plus the same gate formulas (the tests compare the two).
 
 :func:`mlstm_chunkwise_reference` is the quadratic parallel form in jnp (the oracle of the tests).
 """
@@ -62,7 +92,7 @@ NEG = -1e30  # log weight of padding: finite, so no inf - inf
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-    """The chunk length ``L`` (a power of two >= 8): both kernels tile the sequence by it.
+    """The chunk length ``L`` (a power of two >= 8): all four kernels tile the sequence by it.
 
     TPU tiles want the chunk to fill the 128 vector lanes (:meth:`for_backend`).
     """
@@ -148,8 +178,8 @@ def _state_kernel(k_ref, v_ref, w_ref, b_ref, C0_ref, n0_ref, m0_ref, *refs, cfg
         Cf_ref[...], nf_ref[...], mf_ref[...] = new
 
 
-def _output_kernel(q_ref, k_ref, v_ref, i_ref, bc_ref, br_ref, C_ref, n_ref, m_ref, h_ref, *,
-                   cfg: _Static):  # fmt: skip
+def _output_kernel(q_ref, k_ref, v_ref, i_ref, bc_ref, br_ref, C_ref, n_ref, m_ref, h_ref,
+                   mt_ref, nq_ref, *, cfg: _Static):  # fmt: skip
     L = cfg.chunk
     q_LK = q_ref[...]
     b_L1, b_1L, i_1L = bc_ref[...], br_ref[...], i_ref[...]
@@ -168,6 +198,80 @@ def _output_kernel(q_ref, k_ref, v_ref, i_ref, bc_ref, br_ref, C_ref, n_ref, m_r
     h_ref[...] = (num_LV / (jnp.maximum(jnp.abs(den_L1), jnp.exp(-m_L1)) + cfg.eps)).astype(
         h_ref.dtype
     )
+    mt_ref[...], nq_ref[...] = m_L1, den_L1  # the backward's residuals: stabiliser, signed sum
+
+
+def _dstate_kernel(q_ref, dnum_ref, dnq_ref, w0_ref, decay_ref, *refs, cfg: _Static):
+    """The state cotangents, chunks in reverse (module docstring, reverse state kernel)."""
+    dCe_ref, dne_ref, dC0_ref, dn0_ref, *scratch = refs
+    L = cfg.chunk
+
+    def step(carry, q_LK, dnum_LV, dnq_L1, w0_L1, decay_11):
+        dC_KV, dn_1K = carry
+        qw_LK = w0_L1 * q_LK.astype(F32)
+        dC_KV = decay_11 * dC_KV + _dot(qw_LK, dnum_LV, (0, 0))
+        dn_1K = decay_11 * dn_1K + jnp.sum(dnq_L1 * qw_LK, axis=0, keepdims=True)
+        return dC_KV, dn_1K
+
+    if cfg.style == "gpu":  # one program walks its chunks backwards
+        nc = q_ref.shape[0] // L
+
+        def body(j, carry):
+            c = nc - 1 - j
+            dCe_ref[c] = carry[0]
+            dne_ref[c] = carry[1]
+            rows = pl.ds(pl.multiple_of(c * L, L), L)
+            tiles = (q_ref[rows, :], dnum_ref[rows, :], dnq_ref[rows, :], w0_ref[rows, :])
+            return step(carry, *tiles, decay_ref[c])
+
+        init = (jnp.zeros(dC0_ref.shape, F32), jnp.zeros(dn0_ref.shape, F32))
+        dC, dn = lax.fori_loop(0, nc, body, init)
+        dC0_ref[...], dn0_ref[...] = dC, dn
+        return
+    # TPU: the chunk grid axis is sequential and its index maps run it backwards.
+    c = pl.program_id(1)
+
+    @pl.when(c == 0)
+    def _init():
+        for ref in scratch:
+            ref[...] = jnp.zeros(ref.shape, F32)
+
+    carry = tuple(ref[...] for ref in scratch)
+    dCe_ref[...], dne_ref[...] = carry
+    tiles = (q_ref[...], dnum_ref[...], dnq_ref[...], w0_ref[...], decay_ref[...])
+    new = step(carry, *tiles)
+    for ref, value in zip(scratch, new, strict=True):
+        ref[...] = value
+
+    @pl.when(c == pl.num_programs(1) - 1)
+    def _final():
+        dC0_ref[...], dn0_ref[...] = new
+
+
+def _dchunk_kernel(q_ref, k_ref, v_ref, dnum_ref, dnq_ref, i_ref, bc_ref, br_ref, mt_ref, w0_ref,
+                   e_ref, C_ref, n_ref, dC_ref, dn_ref, dq_ref, dk_ref, dv_ref, *,
+                   cfg: _Static):  # fmt: skip
+    """dq~, dk, dv of one chunk (module docstring, intra-chunk kernel)."""
+    L = cfg.chunk
+    q_LK, k_LK, v_LV = q_ref[...], k_ref[...], v_ref[...]
+    lo = v_LV.dtype  # token-token products run in the input dtype, float32 accumulation
+    dnum_LV, dnq_L1 = dnum_ref[...], dnq_ref[...]
+    w0_L1, e_L1 = w0_ref[...], e_ref[...]
+    dC_KV, dn_1K = dC_ref[...], dn_ref[...]
+    t = lax.broadcasted_iota(jnp.int32, (L, L), 0)
+    s = lax.broadcasted_iota(jnp.int32, (L, L), 1)
+    D_LL = jnp.where(t >= s, bc_ref[...] - br_ref[...] + i_ref[...], NEG)
+    A_LL = jnp.exp(D_LL - mt_ref[...])  # the forward's decay weights, recomputed
+    dP_LL = A_LL * (_dot(dnum_LV.astype(lo), v_LV, (1, 1)) + dnq_L1)
+    dPlo_LL = dP_LL.astype(lo)
+    dq_LK = _dot(dPlo_LL, k_LK, (1, 0))
+    dq_LK += w0_L1 * (_dot(dnum_LV, C_ref[...], (1, 1)) + dnq_L1 * n_ref[...])
+    dk_LK = _dot(dPlo_LL, q_LK, (0, 0))
+    dk_LK += e_L1 * (_dot(v_LV.astype(F32), dC_KV, (1, 1)) + dn_1K)
+    AS_LL = (A_LL * _dot(q_LK, k_LK, (1, 1))).astype(lo)
+    dv_LV = _dot(AS_LL, dnum_LV.astype(lo), (0, 0))
+    dv_LV += e_L1 * _dot(k_LK.astype(F32), dC_KV, (1, 0))
+    dq_ref[...], dk_ref[...], dv_ref[...] = dq_LK, dk_LK, dv_LV
 
 
 # --------------------------------------------------------------------------------- plumbing
@@ -187,19 +291,73 @@ def _gates(i_GS, f_GS, L):
     return i, b.reshape(G, -1), a.reshape(G, -1) + i
 
 
+def _pad_seq(x, Sp):
+    return jnp.pad(x, ((0, 0), (0, Sp - x.shape[1]), (0, 0)))
+
+
+def _col(x):  # (G, Sp) -> (G, Sp, 1): a column per chunk
+    return x[..., None]
+
+
+def _row(x, L):  # (G, Sp) -> (G, nc, 1, L): a row per chunk
+    return x.reshape(x.shape[0], -1, 1, L)
+
+
+def _compiler_params(cfg: _Static, semantics: tuple[str, str]):
+    if cfg.style == "gpu":
+        return plgpu.CompilerParams(num_warps=4, num_stages=1)
+    return pltpu.CompilerParams(dimension_semantics=semantics)
+
+
+def _chunk_specs(L: int):
+    """BlockSpecs of the per-chunk kernels (grid (G, nc)): a chunk of tokens, a per-chunk array."""
+    chunk = lambda d: pl.BlockSpec((None, L, d), lambda g, c: (g, c, 0))  # noqa: E731
+    one = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, c, 0, 0))  # noqa: E731
+    return chunk, one
+
+
+def _sequential_specs(cfg: _Static, Sp: int, nc: int, reverse: bool):
+    """BlockSpecs of the state kernels: a token array, per-chunk states, one state per program.
+
+    GPU style: grid (G,), each program sees its whole sequence. TPU style: grid (G, nc), the chunk
+    axis sequential, visited from the last chunk when ``reverse``.
+    """
+    per_g = lambda *shape: pl.BlockSpec((None, *shape), lambda g, *c: (g,) + (0,) * len(shape))  # noqa: E731
+    if cfg.style == "gpu":
+        seq = lambda d: pl.BlockSpec((None, Sp, d), lambda g: (g, 0, 0))  # noqa: E731
+        starts = lambda *shape: pl.BlockSpec((None, nc, *shape), lambda g: (g, 0, 0, 0))  # noqa: E731
+        return (), seq, starts, per_g
+    at = (lambda c: nc - 1 - c) if reverse else (lambda c: c)
+    seq = lambda d: pl.BlockSpec((None, cfg.chunk, d), lambda g, c: (g, at(c), 0))  # noqa: E731
+    starts = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, at(c), 0, 0))  # noqa: E731
+    return (nc,), seq, starts, per_g
+
+
+def _call(kernel, cfg: _Static, grid, in_specs, out_specs, out_shape, scratch, semantics, name):
+    call = pl.pallas_call(
+        functools.partial(kernel, cfg=cfg),
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        scratch_shapes=scratch if cfg.style == "tpu" else [],
+        compiler_params=_compiler_params(cfg, semantics),
+        interpret=cfg.interpret,
+        name=name,
+    )
+    return native_call(call, out_shape, cfg.style, cfg.interpret)
+
+
 def _forward(q, k, v, i, f, C0, n0, m0, cfg: _Static):
-    """Both kernels on ``(G, S, .)`` operands (G = batch x heads): ``h`` and the final state."""
+    """Both kernels on ``(G, S, .)`` operands (G = batch x heads): ``h``, the final state and the
+    backward's residuals (padded ``h``, per-token ``m_t`` and ``nq_t``, the chunk-start states)."""
     G, S, Dk = q.shape
     Dv = v.shape[-1]
     L = cfg.chunk
     Sp = -(-S // L) * L
     nc = Sp // L
-    q = q * Dk**-0.5
-    pad = ((0, 0), (0, Sp - S), (0, 0))
-    q, k, v = (jnp.pad(x, pad) for x in (q, k, v))
+    q, k, v = (_pad_seq(x, Sp) for x in (q * Dk**-0.5, k, v))
     i_p, b, w = _gates(i, f, L)
-    col = lambda x: x[..., None]  # noqa: E731  (G, Sp, 1): a column per chunk
-    row = lambda x: x.reshape(G, nc, 1, L)  # noqa: E731  (G, nc, 1, L): a row per chunk
     C0, n0, m0 = C0.astype(F32), n0.astype(F32)[:, None], m0.astype(F32)[:, None, None]
     state_shapes = [
         jax.ShapeDtypeStruct((G, nc, Dk, Dv), F32),
@@ -209,68 +367,94 @@ def _forward(q, k, v, i, f, C0, n0, m0, cfg: _Static):
         jax.ShapeDtypeStruct((G, 1, Dk), F32),
         jax.ShapeDtypeStruct((G, 1, 1), F32),
     ]
-    per_g = lambda *shape: pl.BlockSpec((None, *shape), lambda g, *c: (g,) + (0,) * len(shape))  # noqa: E731
-    if cfg.style == "gpu":
-        grid = (G,)
-        seq = lambda d: pl.BlockSpec((None, Sp, d), lambda g: (g, 0, 0))  # noqa: E731
-        starts = lambda *shape: pl.BlockSpec((None, nc, *shape), lambda g: (g, 0, 0, 0))  # noqa: E731
-        scratch, params = [], plgpu.CompilerParams(num_warps=4, num_stages=1)
-    else:
-        grid = (G, nc)
-        seq = lambda d: pl.BlockSpec((None, L, d), lambda g, c: (g, c, 0))  # noqa: E731
-        starts = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, c, 0, 0))  # noqa: E731
-        scratch = [pltpu.VMEM((Dk, Dv), F32), pltpu.VMEM((1, Dk), F32), pltpu.VMEM((1, 1), F32)]
-        params = pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"))
-    state_call = pl.pallas_call(
-        functools.partial(_state_kernel, cfg=cfg),
-        grid=grid,
-        in_specs=[seq(Dk), seq(Dv), seq(1), seq(1), per_g(Dk, Dv), per_g(1, Dk), per_g(1, 1)],
-        out_specs=[
-            starts(Dk, Dv),
-            starts(1, Dk),
-            starts(1, 1),
-            per_g(Dk, Dv),
-            per_g(1, Dk),
-            per_g(1, 1),
-        ],  # fmt: skip
-        out_shape=state_shapes,
-        scratch_shapes=scratch,
-        compiler_params=params,
-        interpret=cfg.interpret,
-    )
-    state_call = native_call(state_call, state_shapes, cfg.style, cfg.interpret)
-    Cs, ns, ms, Cf, nf, mf = state_call(k, v, col(w), col(b), C0, n0, m0)
+    chunks, seq, starts, per_g = _sequential_specs(cfg, Sp, nc, reverse=False)
+    state_call = _call(
+        _state_kernel, cfg, (G, *chunks),
+        [seq(Dk), seq(Dv), seq(1), seq(1), per_g(Dk, Dv), per_g(1, Dk), per_g(1, 1)],
+        [starts(Dk, Dv), starts(1, Dk), starts(1, 1), per_g(Dk, Dv), per_g(1, Dk), per_g(1, 1)],
+        state_shapes,
+        [pltpu.VMEM((Dk, Dv), F32), pltpu.VMEM((1, Dk), F32), pltpu.VMEM((1, 1), F32)],
+        ("parallel", "arbitrary"), "mlstm_states",
+    )  # fmt: skip
+    Cs, ns, ms, Cf, nf, mf = state_call(k, v, _col(w), _col(b), C0, n0, m0)
 
-    chunk = lambda d: pl.BlockSpec((None, L, d), lambda g, c: (g, c, 0))  # noqa: E731
-    one = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, c, 0, 0))  # noqa: E731
-    h_shape = [jax.ShapeDtypeStruct((G, Sp, Dv), F32)]
-    out_params = (
-        plgpu.CompilerParams(num_warps=4, num_stages=1)
-        if cfg.style == "gpu"
-        else pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
+    chunk, one = _chunk_specs(L)
+    out_shapes = [jax.ShapeDtypeStruct((G, Sp, d), F32) for d in (Dv, 1, 1)]
+    out_call = _call(
+        _output_kernel, cfg, (G, nc),
+        [chunk(Dk), chunk(Dk), chunk(Dv), one(1, L), chunk(1), one(1, L), one(Dk, Dv),
+         one(1, Dk), one(1, 1)],
+        [chunk(Dv), chunk(1), chunk(1)], out_shapes, [], ("parallel", "parallel"), "mlstm_outputs",
+    )  # fmt: skip
+    h, m_t, nq = out_call(q, k, v, _row(i_p, L), _col(b), _row(b, L), Cs, ns, ms)
+    return h[:, :S], (Cf, nf[:, 0], mf[:, 0, 0]), (h, m_t, nq, Cs, ns, ms, mf)
+
+
+def _backward(cfg: _Static, q, k, v, i, f, C0, n0, m0, h, m_t, nq, Cs, ns, ms, mf, dh):
+    """The two backward kernels and the gate formulas (module docstring): the gradients of
+    ``(q, k, v, i, f, C0, n0, m0)`` for the cotangent ``dh`` of ``h``."""
+    G, S, Dk = q.shape
+    Dv = v.shape[-1]
+    L = cfg.chunk
+    Sp = -(-S // L) * L
+    nc = Sp // L
+    qs, kp, vp = (_pad_seq(x, Sp) for x in (q * Dk**-0.5, k, v))
+    i_p, b, w = _gates(i, f, L)
+    # Per-token cotangents of the numerator and of the signed normaliser sum nq (padded rows: 0).
+    floor = jnp.exp(-m_t)
+    dnum = _pad_seq(dh.astype(F32), Sp) / (jnp.maximum(jnp.abs(nq), floor) + cfg.eps)
+    hdnum = jnp.sum(h * dnum, axis=-1, keepdims=True)
+    dnq = jnp.where(jnp.abs(nq) > floor, -jnp.sign(nq) * hdnum, 0.0)
+    # O(S) weights from the saved stabilisers: w0 (chunk-start state in h_t), e (token s in the
+    # chunk-end state), decay (chunk start to chunk end).
+    m_start = ms[:, :, 0, 0]
+    m_end = jnp.concatenate([m_start[:, 1:], mf[:, 0]], axis=1)  # (G, nc)
+    b_c, w_c = b.reshape(G, nc, L), w.reshape(G, nc, L)
+    w0 = jnp.exp(b_c + m_start[..., None] - m_t.reshape(G, nc, L)).reshape(G, Sp, 1)
+    e = jnp.exp(w_c - m_end[..., None]).reshape(G, Sp, 1)
+    decay = jnp.exp(b_c[..., -1] + m_start - m_end)[..., None, None]
+
+    chunks, seq, starts, per_g = _sequential_specs(cfg, Sp, nc, reverse=True)
+    dstate_shapes = [
+        jax.ShapeDtypeStruct((G, nc, Dk, Dv), F32),
+        jax.ShapeDtypeStruct((G, nc, 1, Dk), F32),
+        jax.ShapeDtypeStruct((G, Dk, Dv), F32),
+        jax.ShapeDtypeStruct((G, 1, Dk), F32),
+    ]
+    dstate_call = _call(
+        _dstate_kernel, cfg, (G, *chunks),
+        [seq(Dk), seq(Dv), seq(1), seq(1), starts(1, 1)],
+        [starts(Dk, Dv), starts(1, Dk), per_g(Dk, Dv), per_g(1, Dk)],
+        dstate_shapes, [pltpu.VMEM((Dk, Dv), F32), pltpu.VMEM((1, Dk), F32)],
+        ("parallel", "arbitrary"), "mlstm_dstates",
+    )  # fmt: skip
+    dCe, dne, dC0, dn0 = dstate_call(qs, dnum, dnq, w0, decay)
+
+    chunk, one = _chunk_specs(L)
+    grad_shapes = [jax.ShapeDtypeStruct((G, Sp, d), F32) for d in (Dk, Dk, Dv)]
+    dchunk_call = _call(
+        _dchunk_kernel, cfg, (G, nc),
+        [chunk(Dk), chunk(Dk), chunk(Dv), chunk(Dv), chunk(1), one(1, L), chunk(1), one(1, L),
+         chunk(1), chunk(1), chunk(1), one(Dk, Dv), one(1, Dk), one(Dk, Dv), one(1, Dk)],
+        [chunk(Dk), chunk(Dk), chunk(Dv)], grad_shapes, [], ("parallel", "parallel"),
+        "mlstm_dchunks",
+    )  # fmt: skip
+    dq, dk, dv = dchunk_call(
+        qs, kp, vp, dnum, dnq, _row(i_p, L), _col(b), _row(b, L), m_t, w0, e, Cs, ns, dCe, dne
     )
-    out_call = pl.pallas_call(
-        functools.partial(_output_kernel, cfg=cfg),
-        grid=(G, nc),
-        in_specs=[
-            chunk(Dk),
-            chunk(Dk),
-            chunk(Dv),
-            one(1, L),
-            chunk(1),
-            one(1, L),
-            one(Dk, Dv),
-            one(1, Dk),
-            one(1, 1),
-        ],  # fmt: skip
-        out_specs=[chunk(Dv)],
-        out_shape=h_shape,
-        compiler_params=out_params,
-        interpret=cfg.interpret,
-    )
-    out_call = native_call(out_call, h_shape, cfg.style, cfg.interpret)
-    (h,) = out_call(q, k, v, row(i_p), col(b), row(b), Cs, ns, ms)
-    return h[:, :S], (Cf, nf[:, 0], mf[:, 0, 0])
+    dq = dq[:, :S] * Dk**-0.5
+    return _gate_grads(q, k, f, C0, n0, dq, dk[:, :S], dv[:, :S], dC0, dn0[:, 0])
+
+
+def _gate_grads(q, k, f, C0, n0, dq, dk, dv, dC0, dn0):
+    """``(dq, dk, dv, dC0, dn0)`` and the gate and ``m0`` gradients (module docstring)."""
+    qf, kf = q.astype(F32), k.astype(F32)
+    di = jnp.sum(kf * dk, axis=-1)
+    dF = jnp.sum(qf * dq, axis=-1) - di
+    dlf = jnp.flip(jnp.cumsum(jnp.flip(dF, -1), axis=-1), -1)
+    df = dlf * jax.nn.sigmoid(-f.astype(F32))
+    dm0 = jnp.sum(C0 * dC0, axis=(1, 2)) + jnp.sum(n0 * dn0, axis=1)
+    return dq, dk, dv, di, df, dC0, dn0, dm0
 
 
 def _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, chunk, eps):
@@ -306,28 +490,28 @@ def _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, chunk, eps):
     return jnp.moveaxis(h, 0, 1).reshape(G, Sp, -1)[:, :S]
 
 
+def _bwd_reference(q, k, v, i, f, C0, n0, m0, dh, *, chunk: int, eps: float):
+    """The backward in XLA (the reference of the Pallas one): the vjp of :func:`_chunkwise_jnp`
+    in ``(q, k, v, C0, n0)`` with the gates held fixed, then the same gate formulas."""
+    fixed = lambda q, k, v, C0, n0: _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, chunk, eps)  # noqa: E731
+    _, vjp = jax.vjp(fixed, q, k, v, C0, n0)
+    dq, dk, dv, dC0, dn0 = vjp(dh.astype(F32))
+    return _gate_grads(q, k, f, C0, n0, dq, dk, dv, dC0, dn0)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
 def _mlstm(q, k, v, i, f, C0, n0, m0, cfg: _Static):
     return _forward(q, k, v, i, f, C0, n0, m0, cfg)[0]
 
 
 def _mlstm_fwd(q, k, v, i, f, C0, n0, m0, cfg):
-    return _forward(q, k, v, i, f, C0, n0, m0, cfg)[0], (q, k, v, i, f, C0, n0, m0)
+    h, _, saved = _forward(q, k, v, i, f, C0, n0, m0, cfg)
+    return h, (q, k, v, i, f, C0, n0, m0, *saved)
 
 
 def _mlstm_bwd(cfg, res, dh):
-    q, k, v, i, f, C0, n0, m0 = res
-    fixed = lambda q, k, v, C0, n0: _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, cfg.chunk, cfg.eps)  # noqa: E731
-    _, vjp = jax.vjp(fixed, q, k, v, C0, n0)
-    dq, dk, dv, dC0, dn0 = vjp(dh.astype(F32))
-    qf, kf = q.astype(F32), k.astype(F32)
-    di = jnp.sum(kf * dk, axis=-1)
-    dF = jnp.sum(qf * dq, axis=-1) - di
-    dlf = jnp.flip(jnp.cumsum(jnp.flip(dF, -1), axis=-1), -1)
-    df = dlf * jax.nn.sigmoid(-f.astype(F32))
-    dm0 = jnp.sum(C0 * dC0, axis=(1, 2)) + jnp.sum(n0 * dn0, axis=1)
-    grads = (dq, dk, dv, di, df, dC0, dn0, dm0)
-    return tuple(g.astype(x.dtype) for g, x in zip(grads, res, strict=True))
+    grads = _backward(cfg, *res, dh)
+    return tuple(g.astype(x.dtype) for g, x in zip(grads, res[:8], strict=True))
 
 
 _mlstm.defvjp(_mlstm_fwd, _mlstm_bwd)
@@ -380,7 +564,7 @@ def mlstm_chunkwise(
     h = _mlstm(*flat, C0, n0, m0, cfg).reshape(B, NH, S, Dv)
     if not return_state:
         return h
-    _, (C, n, m) = _forward(*flat, C0, n0, m0, cfg)
+    _, (C, n, m), _ = _forward(*flat, C0, n0, m0, cfg)
     state = (C.reshape(B, NH, Dk, Dv), n.reshape(B, NH, Dk), m.reshape(B, NH))
     return h, tuple(lax.stop_gradient(x) for x in state)
 
