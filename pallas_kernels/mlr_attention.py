@@ -466,7 +466,9 @@ def _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len) -> t
         )
     ranks = tuple(ranks)
     if not ranks or any(not isinstance(r, int | np.integer) or r < 1 for r in ranks):
-        raise KernelConfigError(f"mlr_attention: ranks={ranks} must be positive ints, level 0 first")
+        raise KernelConfigError(
+            f"mlr_attention: ranks={ranks} must be positive ints, level 0 first"
+        )
     if sum(ranks) != q.shape[-1]:
         raise KernelConfigError(
             f"mlr_attention: ranks={ranks} sum to {sum(ranks)}, not the head dim D={q.shape[-1]}"
@@ -496,7 +498,9 @@ def _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len) -> t
     return ranks
 
 
-def _tiles(block_sizes: BlockSizes, finest: int, style: Style, native: bool, levels: int):
+def _tiles(
+    block_sizes: BlockSizes, finest: int, style: Style, native: bool, levels: int, seg: bool
+):
     """Tiles shrunk to the finest level's block, which each must divide."""
     tiles = {}
     for name in _TILES:
@@ -512,9 +516,10 @@ def _tiles(block_sizes: BlockSizes, finest: int, style: Style, native: bool, lev
         raise KernelConfigError(
             f"mlr_attention: native GPU kernels need tiles and block_d >= 16 (tl.dot); got {tiles}"
         )
-    if native and style == "tpu" and min(tiles[n] for n in _TILES if "_k" in n) < 128:
+    # Key-side segment ids are (1, block_k) blocks: Mosaic needs their lane dim a multiple of 128.
+    if native and style == "tpu" and seg and min(tiles[n] for n in _TILES if "_k" in n) < 128:
         raise KernelConfigError(
-            f"mlr_attention: native TPU key tiles must fill 128 lanes; the finest block has "
+            f"mlr_attention: native TPU segment_ids need key tiles of 128; the finest block has "
             f"{finest} positions (tiles {tiles}); use fewer levels or a longer sequence"
         )
     return tiles
@@ -571,7 +576,9 @@ def mlr_attention(
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
     L, Dv = len(ranks), v.shape[-1]
-    tiles = _tiles(block_sizes, block_len >> (L - 1), style, not interpret, L)
+    tiles = _tiles(
+        block_sizes, block_len >> (L - 1), style, not interpret, L, segment_ids is not None
+    )
     if style == "gpu":  # Triton tiles are powers of two >= 16: zero channels pad both head dims
         Dp, Dvp = max(16, pow2_at_least(D)), max(16, pow2_at_least(Dv))
         chunk = min(block_sizes.block_d, Dp)
