@@ -37,10 +37,14 @@ RANKS = (4, 3, 5)
 
 #               B  T   H  blocks  (the finest of the 3 levels has T/4 positions: 8 or 16)
 BLOCK_SETTINGS = {"small": (1, 32, 2, SMALL), "mixed": (2, 64, 1, MIXED)}
-# Every normalisation, causal and not, at the small tiles; two of them again at the mixed ones
-# (the interpreter costs seconds per case).
-CASES = [("small", n, c) for n in (None, "levels", "block_levels") for c in (True, False)]
-CASES += [("mixed", "block_levels", True), ("mixed", None, False)]
+# Every normalisation, causal and not, at both block settings (the interpreter costs seconds per
+# case, so the TPU style reruns two).
+CASES = [
+    (blocks, normalize, causal)
+    for blocks in BLOCK_SETTINGS
+    for normalize in (None, "levels", "block_levels")
+    for causal in (True, False)
+]
 # float32 against float32: the kernel only reorders sums (blockwise softmax, chunked contraction)
 # and folds the 1/r_l scales into the queries, so errors stay at a few float32 ulps of O(1) values
 # (the flash attention tests use the same bound; pallas_kernels/README.md has the measured errors).
