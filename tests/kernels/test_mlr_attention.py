@@ -49,6 +49,10 @@ CASES = [
 # and folds the 1/r_l scales into the queries, so errors stay at a few float32 ulps of O(1) values
 # (the flash attention tests use the same bound; pallas_kernels/README.md has the measured errors).
 FP32_TOL = 2e-5
+# bfloat16 against the float32 truth: the bound of the flash attention tests (8-bit mantissa; the
+# kernel rounds the pre-scaled queries, unnormalised probabilities and dS to bf16 before its
+# matmuls, and the outputs and grads are rounded).
+BF16_TOL = 4e-2
 
 
 def pytest_generate_tests(metafunc):
@@ -123,6 +127,16 @@ class TestMLRAttention:
         flash = lambda *a: flash_attention_reference(*a, causal=True, scale=1 / 8)  # noqa: E731
         assert_close(got, forward_backward(flash, q, k, v, do))
 
+    def test_bf16_close_to_float32_truth(self):
+        q, k, v, do = make_inputs(1, 32, 2, sum(RANKS), seed=5)
+        kw = dict(ranks=RANKS, normalize="block_levels")
+        bf16 = [x.astype(jnp.bfloat16) for x in (q, k, v, do)]
+        got = forward_backward(self.kernel(SMALL, **kw), *bf16)
+        assert got[0].dtype == jnp.bfloat16
+        f32 = [x.astype(jnp.float32) for x in bf16]
+        want = forward_backward(lambda *a: xla_mlr.mlr_attention_reference(*a, **kw), *f32)
+        assert_close([g.astype(jnp.float32) for g in got], want, BF16_TOL)
+
 
 class TestMLRAttentionTPUStyle(TestMLRAttention):
     """The TPU kernel style (sequential grid axis + VMEM scratch, clamped index maps)."""
@@ -130,6 +144,7 @@ class TestMLRAttentionTPUStyle(TestMLRAttention):
     BACKEND = "tpu"
     CASES = [("small", "block_levels", True), ("mixed", None, False)]
     test_one_level_is_causal_softmax_attention_with_scale_one_over_r = None  # style-independent
+    test_bf16_close_to_float32_truth = None
 
 
 @pytest.mark.gpu
