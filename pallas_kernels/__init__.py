@@ -1,4 +1,4 @@
-"""Pallas kernels for jaxlab's hot paths: flash attention, a tiled matmul and chunkwise mLSTM.
+"""Pallas kernels for jaxlab's hot paths: flash and MLR attention, a matmul, chunkwise mLSTM.
 
 One file per op, each holding the kernel bodies, the public wrapper (differentiable through
 ``jax.custom_vjp``), a frozen ``BlockSizes`` dataclass (exported here under the op's name) and a
@@ -15,6 +15,8 @@ from pallas_kernels.flash_attention import BlockSizes as FlashAttentionBlockSize
 from pallas_kernels.flash_attention import flash_attention, flash_attention_reference
 from pallas_kernels.matmul import ACTIVATIONS, matmul, matmul_reference
 from pallas_kernels.matmul import BlockSizes as MatmulBlockSizes
+from pallas_kernels.mlr_attention import BlockSizes as MLRAttentionBlockSizes
+from pallas_kernels.mlr_attention import mlr_attention, mlr_attention_reference
 from pallas_kernels.mlstm_chunkwise import BlockSizes as MLSTMBlockSizes
 from pallas_kernels.mlstm_chunkwise import mlstm_chunkwise, mlstm_chunkwise_reference
 
@@ -22,12 +24,15 @@ __all__ = [
     "ACTIVATIONS",
     "FlashAttentionBlockSizes",
     "KernelConfigError",
+    "MLRAttentionBlockSizes",
     "MLSTMBlockSizes",
     "MatmulBlockSizes",
     "flash_attention",
     "flash_attention_reference",
     "matmul",
     "matmul_reference",
+    "mlr_attention",
+    "mlr_attention_reference",
     "mlstm_chunkwise",
     "mlstm_chunkwise_reference",
 ]

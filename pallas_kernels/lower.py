@@ -35,6 +35,8 @@ from jax import export
 from pallas_kernels import flash_attention, matmul
 from pallas_kernels.flash_attention import BlockSizes as FlashBlockSizes
 from pallas_kernels.matmul import BlockSizes as MatmulBlockSizes
+from pallas_kernels.mlr_attention import BlockSizes as MLRBlockSizes
+from pallas_kernels.mlr_attention import mlr_attention
 from pallas_kernels.mlstm_chunkwise import BlockSizes as MLSTMBlockSizes
 from pallas_kernels.mlstm_chunkwise import mlstm_chunkwise
 
@@ -209,6 +211,38 @@ def mlstm_cases(platform: Platform) -> Iterator[Case]:
         yield from fwd_and_bwd("mlstm_chunkwise", platform, description, fn, args, n_diff=5)
 
 
+# -------------------------------------------------------------------------------- MLR attention
+
+#            B  T     H  ranks (level 0 first; sum = D)   causal normalize  segments+alibi  dtype
+MLR_SHAPES = [
+    (1, 4096, 4, (32, 8, 6, 4, 4, 4, 4, 2), True, "block_levels", False, "bf16"),  # issue 14's
+    (1, 1024, 4, (16, 8, 4, 4), True, "levels", True, "f32"),  # finest block 128: TPU segments
+    (2, 512, 2, (64, 32, 16, 16), False, None, False, "bf16"),  # D = 128, not causal
+]
+
+
+def mlr_attention_cases(platform: Platform) -> Iterator[Case]:
+    blocks = MLRBlockSizes.for_backend(STYLE[platform])  # the shipped defaults (tiles shrink)
+    for B, T, H, ranks, causal, normalize, masks, dtype in MLR_SHAPES:
+        D = sum(ranks)
+        args = [S((B, T, H, D), DTYPES[dtype])] * 3
+        if masks:
+            args += [S((B, T), jnp.int32), S((H,), jnp.float32)]
+
+        def fn(q, k, v, *extra, ranks=ranks, causal=causal, normalize=normalize):
+            seg, slopes = extra if extra else (None, None)
+            return mlr_attention(
+                q, k, v, ranks=ranks, causal=causal, normalize=normalize, segment_ids=seg,
+                alibi_slopes=slopes, block_sizes=blocks, interpret=False, backend=STYLE[platform],
+            )  # fmt: skip
+
+        options = ["causal" if causal else "full", str(normalize)] + ["segments alibi"] * masks
+        description = (
+            f"q({B},{T},{H},{D}) ranks={'|'.join(map(str, ranks))} {dtype} {' '.join(options)}"
+        )
+        yield from fwd_and_bwd("mlr_attention", platform, description, fn, args, n_diff=3)
+
+
 # ------------------------------------------------------------------------------------ the table
 
 # kernel name -> case generator for one platform. A new kernel (chunkwise mLSTM, MLR attention)
@@ -217,6 +251,7 @@ KERNELS: dict[str, Callable[[Platform], Iterable[Case]]] = {
     "flash_attention": flash_attention_cases,
     "matmul": matmul_cases,
     "mlstm_chunkwise": mlstm_cases,
+    "mlr_attention": mlr_attention_cases,
 }
 # Kernels whose backward is XLA, not Pallas: the table lowers their forward only.
 FORWARD_ONLY: frozenset[str] = frozenset()

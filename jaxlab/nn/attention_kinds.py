@@ -15,7 +15,9 @@ using Structured Matrices", ICML 2025, Sec. 4 and the authors' code):
   authors' ``CausalSelfGlobalSlidingWindowAttention`` (rows then sum to 2; the output projection
   absorbs the factor).
 * ``mlr`` — multi-level low-rank attention, :func:`jaxlab.nn.mlr_attention.mlr_attention`, with
-  ``ranks`` (summing to the head dim) and ``normalize``.
+  ``ranks`` (summing to the head dim) and ``normalize``; the model's ``attention_impl`` picks the
+  blockwise XLA path or the Pallas MLR kernel (``"pallas"``, or ``"auto"`` on GPU/TPU behind the
+  same switch as the other kernels).
 
 The authors pair the structured kinds with QK LayerNorm and µP logit scales (``8/d``); here every
 kind keeps the host model's recipe (no QK norm, the model's ``scale``) so that a comparison changes
@@ -178,7 +180,8 @@ def attend(
 ) -> Float[Array, "B T H D"]:
     """Causal self-attention of the given kind (see the module docstring); ``scale`` is the
     model's ``mha`` logit scale, ``impl`` the :class:`~jaxlab.nn.attention.AttentionImpl` of
-    ``mha`` (the other kinds run their XLA forms), ``seq_len`` the model's context length, on
+    ``mha`` and ``mlr`` (``"pallas"``/``"auto"`` reach the Pallas MLR kernel; SWA and GSWA run
+    their XLA forms), ``seq_len`` the model's context length, on
     which the MLR levels are laid (inputs of other lengths keep the blocks of a full row)."""
     masks = dict(segment_ids=segment_ids, alibi_slopes=alibi_slopes)
     if kind == AttentionKind.MHA:
@@ -191,6 +194,7 @@ def attend(
     if kind == AttentionKind.MLR:
         norm = None if normalize == "none" else normalize
         return mlr_attention(
-            q, k, v, ranks=ranks, normalize=norm, logit_scale=factor, block_len=seq_len, **masks
-        )
+            q, k, v, ranks=ranks, normalize=norm, logit_scale=factor, block_len=seq_len,
+            impl=impl, **masks,
+        )  # fmt: skip
     raise ConfigError(f"unknown attention kind {kind!r}; choose one of {list(AttentionKind)}")

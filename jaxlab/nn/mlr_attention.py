@@ -21,7 +21,10 @@ so one softmax over all of a query's keys is a log-sum-exp merge of per-region p
 (the running max and sum of FlashAttention, Dao 2023). The QK work is then
 ``sum_l r_l 2^-l / sum_l r_l`` of full attention's (:func:`mlr_qk_flop_ratio`); softmax and the
 value sum are unchanged. :func:`mlr_attention_reference` is the dense construction, kept as the
-oracle.
+oracle. ``impl="pallas"`` runs the same attention through the Pallas kernel
+:func:`pallas_kernels.mlr_attention` (one flash-attention pass whose QK width varies per tile
+pair); ``impl="auto"`` picks it on GPUs and TPUs under the switch of the other kernels
+(:func:`jaxlab.nn.attention.pallas_ready`) when its tiles fit the finest block, else this path.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+import pallas_kernels
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import AttentionImpl, pallas_ready
 
 __all__ = [
     "MLRNormalize",
@@ -208,6 +213,7 @@ def mlr_attention(
     alibi_slopes: Float[Array, " H"] | None = None,
     logit_scale: float = 1.0,
     block_len: int | None = None,
+    impl: str | AttentionImpl = "auto",
 ) -> Float[Array, "B T H Dv"]:
     """MLR attention (Kuang et al. 2025, Sec. 4), blockwise (see the module docstring).
 
@@ -226,12 +232,22 @@ def mlr_attention(
         the end to a multiple of it (causal queries never see the padding): a shorter prompt
         gets the blocks it would have inside a full row, and past ``block_len`` the level-0
         blocks repeat (pairs in different ones are not scored).
+      impl: an :class:`~jaxlab.nn.attention.AttentionImpl` (a model's ``attention_impl``):
+        ``"pallas"`` the Pallas kernel, ``"auto"`` the kernel where
+        :func:`~jaxlab.nn.attention.pallas_ready` says so and its tiles fit the finest block (else
+        the blockwise XLA path), any other the blockwise XLA path.
 
     Raises:
       ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
-        length, or shapes that do not match.
+        length, shapes that do not match, an unknown ``impl``, or ``impl="pallas"`` with shapes
+        the kernel cannot tile.
     """
     _check_qkv(q, k, v, segment_ids, alibi_slopes)
+    try:
+        impl = AttentionImpl(impl)
+    except ValueError:
+        options = ", ".join(i.value for i in AttentionImpl)
+        raise ConfigError(f"unknown mlr_attention impl {impl!r}; choose one of {options}") from None
     B, T = q.shape[:2]
     block_len = T if block_len is None else int(block_len)
     check_mlr(ranks, q.shape[-1], block_len, normalize)
@@ -246,6 +262,15 @@ def mlr_attention(
         grow = lambda x: jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
         q, k, v = grow(q), grow(k), grow(v)
         segment_ids = None if segment_ids is None else grow(segment_ids)
+    if impl is AttentionImpl.PALLAS or (impl is AttentionImpl.AUTO and pallas_ready()):
+        kwargs = dict(ranks=tuple(ranks), causal=causal, normalize=normalize,
+                      segment_ids=segment_ids, alibi_slopes=alibi_slopes,
+                      logit_scale=logit_scale, block_len=block_len)  # fmt: skip
+        try:
+            return pallas_kernels.mlr_attention(q, k, v, **kwargs)[:, :T]
+        except pallas_kernels.KernelConfigError as err:
+            if impl is AttentionImpl.PALLAS:
+                raise ConfigError(f"mlr_attention impl 'pallas': {err}") from None
     q_regions = mlr_region_queries(q, tuple(ranks), normalize, logit_scale)
     out = _blockwise(q_regions, k, v, segment_ids, alibi_slopes, causal, periods)
     return out[:, :T]
