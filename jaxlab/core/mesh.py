@@ -98,6 +98,7 @@ class AxisRules:
         ("kv", None),
         ("vocab", "tensor"),
         ("seq", None),
+        ("layers", None),  # the stacked axis of scanned blocks
     )
 
     def as_tuple(self) -> tuple[tuple[str, Any], ...]:
