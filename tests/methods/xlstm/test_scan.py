@@ -3,7 +3,7 @@
 The reference is the unscanned model (one module per block) with the same parameters, copied in by
 :func:`jaxlab.methods.xlstm.model.stack_blocks`: logits, gradients, cached decoding, the sharding
 of every weight and the 7B parameter count must not change. The sharded-step contract for a
-scanned config is in ``tests/contracts/test_language_models.py`` (``xlstm_scan``).
+scanned model on 8 CPU devices is here too (the unscanned one is in the LM contract tests).
 """
 
 import dataclasses
@@ -14,15 +14,15 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.core.mesh import AxisRules
+from jaxlab.core.mesh import AxisRules, MeshConfig, batch_sharding, make_mesh, state_shardings
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.model import stack_blocks
 from jaxlab.nn.generate import teacher_forced_logits
 from jaxlab.nn.lm_task import cross_entropy
 
 CFG = xLSTMConfig(seq_len=16, num_layers=2, d_model=32, num_heads=4, chunk_size=4)
-TOKENS = jax.random.randint(jax.random.key(0), (2, 15), 0, 256)  # off the chunk grid
-SEGMENTS = jnp.array([[1] * 6 + [2] * 9, [1] * 15])  # a document reset inside the first row
+TOKENS = jax.random.randint(jax.random.key(0), (4, 15), 0, 256)  # off the chunk grid
+SEGMENTS = jnp.array([[1] * 6 + [2] * 9, [1] * 15] * 2)  # a document reset inside rows 0 and 2
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_scanned_teacher_forced_decoding_equals_the_full_forward(pair):
     _, scanned = pair
     cache = scanned.init_cache(2, 16)
     assert cache["states"].C.shape == (2, 2, 4, 4, 8)  # (layers, B, NH, Dqk, Dv)
-    tokens = jnp.concatenate([TOKENS, TOKENS[:, :1]], axis=1)
+    tokens = jnp.concatenate([TOKENS[:2], TOKENS[:2, :1]], axis=1)
     full = scanned(tokens)
     assert _rel(teacher_forced_logits(scanned, tokens, 7), full) < 1e-5
 
@@ -112,3 +112,32 @@ def test_stack_blocks_rejects_mismatched_models(pair):
     other = nnx.eval_shape(lambda: xLSTM(other_cfg, rngs=nnx.Rngs(0)))
     with pytest.raises(ConfigError, match="differ in shape"):
         stack_blocks(loop, other)
+
+
+def test_sharded_scanned_gradients_equal_single_device(pair, outputs):
+    """The scanned model's logits and gradients on a (2, 2, 2) data x fsdp x tensor mesh of the 8
+    CPU devices (stacked weights sharded over fsdp and tensor, the layer axis replicated) equal
+    its single-device ones."""
+    _, scanned = pair
+    mesh, rules = make_mesh(MeshConfig(2, 2, 2)), AxisRules()
+    graphdef, state = nnx.split(scanned)
+    shardings = state_shardings(state, mesh, rules)
+    q_kernel = nnx.to_pure_dict(shardings)["blocks"]["mlstm"]["q"]["kernel"]
+    assert q_kernel.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+    state = jax.device_put(state, shardings)
+
+    def run(state, tokens, segments):
+        def loss(m):
+            logits = m(tokens[:, :-1], segment_ids=segments[:, :-1])
+            return cross_entropy(logits, tokens[:, 1:])[0], logits
+
+        (_, logits), grads = nnx.value_and_grad(loss, has_aux=True)(nnx.merge(graphdef, state))
+        return logits, nnx.to_pure_dict(grads)
+
+    batch = jax.device_put((TOKENS, SEGMENTS), batch_sharding(mesh, rules))
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
+        logits, grads = jax.jit(run)(state, *batch)
+    ref_logits, ref_grads = outputs[1]
+    assert _rel(logits, ref_logits) < 1e-5
+    for ref, got in zip(jax.tree.leaves(ref_grads), jax.tree.leaves(grads), strict=True):
+        assert _rel(got, ref) < 1e-5
