@@ -17,7 +17,14 @@ Packed rows. At the first token of every document (and of the row) the forget ga
 (``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
 on what precedes it in the row, nor on where it sits.
 
-Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states, whose size does not
+Scanned blocks. With ``cfg.scan_blocks`` the (mLSTM-only) blocks are one :class:`Block` whose
+parameters carry a leading ``layers`` axis, run by a ``lax.scan`` (the residual stream is the
+carry; under ``remat`` each step is checkpointed, so only the blocks' inputs are saved): one block
+compiled instead of ``num_layers``, and one block's FSDP-gathered weights live at a time.
+:func:`stack_blocks` copies an unscanned model's parameters into a scanned one.
+
+Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states (stacked on the
+``layers`` axis with scanned blocks, and then the scan's xs), whose size does not
 depend on the context; :meth:`xLSTM.extend` runs new tokens from a cache (the chunkwise form for a
 prompt, one :func:`~jaxlab.methods.xlstm.mlstm_step` per decoded token). Parameters carry logical
 axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
