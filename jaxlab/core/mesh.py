@@ -87,7 +87,8 @@ class AxisRules:
 
     The defaults give data parallelism over ``data`` and ``fsdp`` for the batch, ZeRO-3 style
     parameter sharding of the model dimension over ``fsdp``, and Megatron-style tensor parallelism
-    of heads, MLP hidden units and the vocabulary over ``tensor``.
+    of heads, MLP hidden units and the vocabulary over ``tensor``; the ``layers`` axis of
+    parameters stacked for a scan over blocks is replicated.
     """
 
     rules: tuple[tuple[str, Any], ...] = (
@@ -98,6 +99,7 @@ class AxisRules:
         ("kv", None),
         ("vocab", "tensor"),
         ("seq", None),
+        ("layers", None),  # the stacked axis of scanned blocks
     )
 
     def as_tuple(self) -> tuple[tuple[str, Any], ...]:

@@ -49,6 +49,8 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
       norm_eps, cell_eps: eps of the norms and of the mLSTM normaliser.
       cell_form, chunk_size: which :func:`~jaxlab.methods.xlstm.mlstm` form trains, its chunk.
       remat: rematerialise each block in the backward.
+      scan_blocks: stack the blocks' parameters on a leading ``layers`` axis and run them as one
+        ``lax.scan`` (one compiled block instead of ``num_layers``); mLSTM-only models.
       slstm_blocks: indices of blocks whose mixer is an sLSTM (:mod:`jaxlab.methods.xlstm.slstm`).
     """
 
@@ -75,6 +77,7 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     cell_form: CellForm = "auto"  # Pallas kernels on GPU/TPU once enabled, chunkwise otherwise
     chunk_size: int = 64
     remat: bool = False
+    scan_blocks: bool = False
     slstm_blocks: tuple[int, ...] = ()  # blocks with an sLSTM layer instead (not in xLSTM 7B)
 
     def check_fields(self) -> None:
@@ -96,6 +99,11 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
             and self.d_model % self.num_heads == 0,
             f"model.slstm_blocks={self.slstm_blocks} must index blocks 0..{self.num_layers - 1} "
             "(and sLSTM heads need num_heads to divide d_model)",
+        )
+        check(
+            not (self.scan_blocks and self.slstm_blocks),
+            f"model.scan_blocks stacks identical mLSTM blocks, but model.slstm_blocks="
+            f"{self.slstm_blocks}; set model.scan_blocks=false or model.slstm_blocks=()",
         )
 
     @property
@@ -124,8 +132,9 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
 
     @classmethod
     def xlstm_7b(cls, **overrides) -> xLSTMConfig:
-        """The released xLSTM 7B (paper Sec. 3; ``xlstm_large``'s defaults)."""
-        return cls.paper("7b", **overrides)
+        """The released xLSTM 7B (paper Sec. 3; ``xlstm_large``'s defaults), its 32 blocks
+        scanned (``scan_blocks``: one compiled block, the parameters stacked)."""
+        return cls.paper("7b", **{"scan_blocks": True, **overrides})
 
     @classmethod
     def tiny(cls, **overrides) -> xLSTMConfig:

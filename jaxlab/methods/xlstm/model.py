@@ -17,7 +17,14 @@ Packed rows. At the first token of every document (and of the row) the forget ga
 (``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
 on what precedes it in the row, nor on where it sits.
 
-Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states, whose size does not
+Scanned blocks. With ``cfg.scan_blocks`` the (mLSTM-only) blocks are one :class:`Block` whose
+parameters carry a leading ``layers`` axis, run by a ``lax.scan`` (the residual stream is the
+carry; under ``remat`` each step is checkpointed, so only the blocks' inputs are saved): one block
+compiled instead of ``num_layers``, and one block's FSDP-gathered weights live at a time.
+:func:`stack_blocks` copies an unscanned model's parameters into a scanned one.
+
+Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states (stacked on the
+``layers`` axis with scanned blocks, and then the scan's xs), whose size does not
 depend on the context; :meth:`xLSTM.extend` runs new tokens from a cache (the chunkwise form for a
 prompt, one :func:`~jaxlab.methods.xlstm.mlstm_step` per decoded token). Parameters carry logical
 axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
@@ -31,6 +38,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
@@ -38,7 +46,7 @@ from jaxlab.methods.xlstm.slstm import sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
 
-__all__ = ["XLSTMCache", "soft_cap", "xLSTM"]
+__all__ = ["XLSTMCache", "soft_cap", "stack_blocks", "xLSTM"]
 
 F32 = jnp.float32
 XLSTMCache = dict  # {"states": tuple[MLSTMState, ...], "pos": int32 scalar}
@@ -172,6 +180,19 @@ class Block(nnx.Module):
         return x_BTE + self.mlp(self.norm_ffn(x_BTE).astype(self.dtype)), state
 
 
+def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> Block:
+    """``num_layers`` mLSTM blocks as one :class:`Block` whose parameters have a leading axis of
+    that size, named ``layers`` (replicated by :class:`jaxlab.core.mesh.AxisRules`, so every
+    weight keeps its own sharding). Each block draws its own keys (``nnx.split_rngs``)."""
+
+    @nnx.split_rngs(splits=cfg.num_layers)
+    @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: "layers"})
+    def make(rngs: nnx.Rngs) -> Block:
+        return Block(cfg, rngs=rngs)
+
+    return make(rngs)
+
+
 class xLSTM(nnx.Module):  # noqa: N801
     """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32)."""
 
@@ -180,9 +201,12 @@ class xLSTM(nnx.Module):  # noqa: N801
         kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
         init = param_init(nnx.initializers.normal(EMBEDDING_STD), ("vocab", "embed"))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, **kw)
-        self.blocks = nnx.List(
-            [Block(cfg, rngs=rngs, slstm=n in cfg.slstm_blocks) for n in range(cfg.num_layers)]
-        )
+        if cfg.scan_blocks:
+            self.blocks = _stacked_blocks(cfg, rngs)
+        else:
+            self.blocks = nnx.List(
+                [Block(cfg, rngs=rngs, slstm=n in cfg.slstm_blocks) for n in range(cfg.num_layers)]
+            )
         self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
         self.unembed = unembedding(
             cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
@@ -190,19 +214,41 @@ class xLSTM(nnx.Module):  # noqa: N801
         )  # fmt: skip
 
     def _run(self, tokens_BT, reset_BT, states):
+        """Logits and the blocks' states after them; ``states`` None (training) or the cache's
+        (a tuple per block, or one stacked state with ``scan_blocks``)."""
         x_BTE = constrain(self.embed(tokens_BT), "batch", None, None)
-        new_states = []
-        for block, state in zip(self.blocks, states, strict=True):
-            if self.cfg.remat:
-                x_BTE, state = nnx.remat(lambda b, x, r, s: b(x, r, s))(
-                    block, x_BTE, reset_BT, state
-                )
-            else:
-                x_BTE, state = block(x_BTE, reset_BT, state)
-            x_BTE = constrain(x_BTE, "batch", None, None)
-            new_states.append(state)
+        if self.cfg.scan_blocks:
+            x_BTE, new_states = self._scan_blocks(x_BTE, reset_BT, states)
+        else:
+            new_states = []
+            for block, state in zip(self.blocks, states or (None,) * len(self.blocks), strict=True):
+                if self.cfg.remat:
+                    x_BTE, state = nnx.remat(lambda b, x, r, s: b(x, r, s))(
+                        block, x_BTE, reset_BT, state
+                    )
+                else:
+                    x_BTE, state = block(x_BTE, reset_BT, state)
+                x_BTE = constrain(x_BTE, "batch", None, None)
+                new_states.append(state)
+            new_states = tuple(new_states)
         logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype)).astype(F32)
-        return soft_cap(logits_BTV, self.cfg.logit_soft_cap), tuple(new_states)
+        return soft_cap(logits_BTV, self.cfg.logit_soft_cap), new_states
+
+    def _scan_blocks(self, x_BTE, reset_BT, states):
+        """The stacked blocks as one ``lax.scan``: the residual stream is the carry, each step
+        slices one block's parameters (and its cached state) off the leading ``layers`` axis, so
+        XLA compiles one block and gathers one block's FSDP-sharded weights at a time."""
+        graphdef, params = nnx.split(self.blocks)
+        keep_states = states is not None  # training passes none and needs none back
+
+        def body(x_BTE, xs):
+            block_params, state = xs
+            x_BTE, state = nnx.merge(graphdef, block_params)(x_BTE, reset_BT, state)
+            return constrain(x_BTE, "batch", None, None), state if keep_states else None
+
+        if self.cfg.remat:  # save only each block's input; recompute the block in the backward
+            body = jax.checkpoint(body)
+        return jax.lax.scan(body, x_BTE, (params, states))
 
     def __call__(
         self,
@@ -216,7 +262,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         reset_BT = jnp.zeros((B, T), bool).at[:, 0].set(True)
         if segment_ids is not None and self.cfg.document_mask:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids[:, 1:] != segment_ids[:, :-1])
-        logits_BTV, _ = self._run(tokens_BT, reset_BT, (None,) * len(self.blocks))
+        logits_BTV, _ = self._run(tokens_BT, reset_BT, None)
         return logits_BTV
 
     # ------------------------------------------------------------------------------ generation
@@ -225,6 +271,10 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Zero recurrent states for every block; their size does not depend on ``max_len``."""
         del max_len
         c = self.cfg
+        if c.scan_blocks:  # one state stacked over the blocks, as the scan's xs
+            state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            stacked = jax.tree.map(lambda x: jnp.zeros((c.num_layers, *x.shape), x.dtype), state)
+            return {"states": stacked, "pos": jnp.zeros((), jnp.int32)}
         # A fresh buffer per block: a donated cache must not hold one buffer twice.
         states = tuple(
             zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
@@ -242,3 +292,24 @@ class xLSTM(nnx.Module):  # noqa: N801
         reset_BT = (cache["pos"] + jnp.arange(T) == 0)[None, :].repeat(B, 0)
         logits_BTV, states = self._run(tokens_BT, reset_BT, cache["states"])
         return logits_BTV, {"states": states, "pos": cache["pos"] + T}
+
+
+def stack_blocks(unscanned: xLSTM, scanned: xLSTM) -> None:
+    """Copies the parameters of an unscanned model into a scanned one of the same shape, in place:
+    block ``n`` becomes index ``n`` of the stacked ``layers`` axis (e.g. to load an unscanned
+    checkpoint). The scanned model's variables keep their own metadata (the ``layers`` name)."""
+    src = nnx.to_pure_dict(nnx.state(unscanned))
+    dst = nnx.state(scanned)
+    if unscanned.cfg.scan_blocks or not scanned.cfg.scan_blocks:
+        raise ConfigError("stack_blocks(unscanned, scanned): the first model must be unscanned")
+    src["blocks"] = jax.tree.map(
+        lambda *xs: jnp.stack(xs), *(src["blocks"][n] for n in range(unscanned.cfg.num_layers))
+    )
+    shapes = lambda tree: jax.tree.map(lambda x: tuple(x.shape), tree)  # noqa: E731
+    if shapes(src) != shapes(nnx.to_pure_dict(dst)):
+        raise ConfigError(
+            "stack_blocks: the two models' parameters differ in shape; build them from configs "
+            "that differ only in scan_blocks (and execution options such as remat)"
+        )
+    nnx.replace_by_pure_dict(dst, src)
+    nnx.update(scanned, dst)
