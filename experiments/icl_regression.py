@@ -48,7 +48,10 @@ class Config:
     widths: tuple[int, ...] = (16, 32)
     models: tuple[str, ...] = tuple(MODELS)
     num_layers: int = 4
-    mlr_ranks: tuple[int, ...] = (2, 1, 1)  # at width 16; scaled by D / 16
+    # At width 16, scaled by D / 16: sum_l r_l 2^l = D (a full-rank M), half MHA's QK width. Each
+    # level's LayerNorm acts on r_l 2^l numbers; (2, 1, 1) put 2 under two of them (a LayerNorm of
+    # 2 numbers is +-1 whatever they are) and MLR did not learn at D = 16 (README).
+    mlr_ranks: tuple[int, ...] = (4, 2, 2)
     seeds: tuple[int, ...] = (0, 1)
     # The curriculum reaches (d, N) at this fraction of the steps (0: none). Off by default: in a
     # 2,000-step run it leaves the later points untrained for most of the run (README).
