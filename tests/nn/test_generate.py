@@ -3,7 +3,11 @@
 The contract tests check teacher-forced cached logits against the full forward for every LM; here:
 greedy generation equals repeatedly taking the argmax of the full forward (no cache), sampling
 obeys temperature / top-k and its key, caches have the sizes they should, and misuse is a
-one-line error.
+one-line error. For the attention kinds (swa, gswa, mlr): teacher-forced decoding equals the
+model's full forward, for prompts on and off the MLR block grid and for caches shorter and longer
+than ``seq_len``; the cached MLR attention, both its one-token (sliced) and its multi-token (masked)
+form, equals the dense construction of ``mlr_attention_reference`` laid on the same block grid,
+for every normalisation.
 """
 
 import jax
@@ -13,8 +17,12 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
+from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.generate import decode_step, generate, sample, teacher_forced_logits
+from jaxlab.nn.kv_cache import cached_mlr_attention
+from jaxlab.nn.mlr_attention import mlr_attention_reference
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 16
@@ -93,16 +101,93 @@ def test_misuse_is_a_one_line_error():
         generate(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), prompt, max_new_tokens=2)
 
 
-@pytest.mark.parametrize("kind", ["swa", "gswa", "mlr"])
-def test_cached_decoding_refuses_attention_kinds_it_does_not_implement(kind):
-    # The KV cache attends with full causal MHA; serving another kind from it would silently
-    # give logits that differ from the model's forward.
-    extra = {"attention_window": 4} if kind in ("swa", "gswa") else {}
-    if kind == "mlr":
-        extra = {"attention_ranks": (4, 4)}
-    cfg = TransformerConfig(
-        seq_len=T, num_layers=1, d_model=32, num_heads=4, positions="alibi", attention=kind, **extra
-    )
+def test_models_without_a_cache_are_refused_whatever_their_attention_kind():
+    rmt = RMT(
+        RMTConfig(seq_len=T, num_layers=1, rank=2, d_key=4, d_value=8, d_ff=16, attention="mlr",
+                  attention_ranks=(4, 2, 2)),
+        rngs=nnx.Rngs(0),
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="RMT cannot generate"):
+        generate(rmt, jnp.zeros((1, 4), jnp.int32), max_new_tokens=2)
+
+
+# ------------------------------------------------------------- the attention kinds' caches
+
+KINDS = {  # name: (config fields, length of the teacher-forced sequence)
+    "swa_alibi": (dict(attention="swa", attention_window=3, positions="alibi"), 12),
+    "gswa_learned": (dict(attention="gswa", attention_window=5), T),
+    # 24 > seq_len: the cache runs past the model's context into a second level-0 block.
+    "mlr_alibi": (dict(attention="mlr", attention_ranks=(4, 2, 2), positions="alibi"), 24),
+}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def kind_model(request):
+    fields, length = KINDS[request.param]
+    cfg = TransformerConfig(seq_len=T, num_layers=1, d_model=32, num_heads=4, **fields)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
-    with pytest.raises(ConfigError, match="supports model.attention='mha' only"):
-        generate(model, jnp.zeros((1, 4), jnp.int32), max_new_tokens=2)
+    return model, length, nnx.jit(lambda m, tokens: m(tokens))
+
+
+def test_teacher_forced_decoding_equals_the_full_forward_for_every_kind(kind_model):
+    """Prompts of 8 (on the MLR grid: blocks of 16, 8, 4) and 5 (off it) positions."""
+    model, length, forward = kind_model
+    tokens = jax.random.randint(jax.random.key(3), (2, length), 0, 256)
+    full = forward(model, tokens)
+    for prompt_len in (8, 5):
+        np.testing.assert_allclose(
+            teacher_forced_logits(model, tokens, prompt_len),
+            full,
+            atol=1e-5 * float(jnp.max(jnp.abs(full))),
+        )
+
+
+def test_greedy_generation_of_an_mlr_model_is_the_argmax_of_its_forward():
+    fields, _ = KINDS["mlr_alibi"]
+    model = Transformer(
+        TransformerConfig(seq_len=T, num_layers=1, d_model=32, num_heads=4, **fields),
+        rngs=nnx.Rngs(1),
+    )
+    prompt = jax.random.randint(jax.random.key(4), (2, 5), 0, 256)
+    out = generate(model, prompt, max_new_tokens=6)
+    assert out.shape == (2, 11)
+    np.testing.assert_array_equal(out[:, :5], prompt)
+    # Each generated token is the argmax of the full forward over the tokens before it.
+    np.testing.assert_array_equal(out[:, 5:], jnp.argmax(jax.jit(model)(out)[:, 4:-1], -1))
+
+
+def _reference_on_grid(q, k, v, *, ranks, normalize, seq_len, slopes, logit_scale):
+    """The dense construction on ``seq_len``'s block grid: rows of ``seq_len`` positions each
+    (level-0 blocks repeat; pairs in different ones are never scored), padded at the end."""
+    S = q.shape[1]
+    pad = -S % seq_len
+    grow = lambda x: jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))  # noqa: E731
+    rows = lambda x: grow(x).reshape(-1, seq_len, *x.shape[2:])  # noqa: E731
+    out = mlr_attention_reference(rows(q), rows(k), rows(v), ranks=ranks, normalize=normalize,
+                                  alibi_slopes=slopes, logit_scale=logit_scale)  # fmt: skip
+    return out.reshape(1, -1, *v.shape[2:])[:, :S]
+
+
+@pytest.mark.parametrize("normalize", [None, "levels", "block_levels"])
+@pytest.mark.parametrize("S", [9, 24])  # a cache shorter and one longer than seq_len
+def test_cached_mlr_attention_equals_the_dense_construction(normalize, S):
+    ranks, H = (4, 2, 2), 2
+    q, k, v = jax.random.normal(jax.random.key(S), (3, 1, S, H, sum(ranks)))
+    slopes = alibi_slopes(H, "press")
+    kw = dict(ranks=ranks, normalize=normalize, seq_len=T, logit_scale=0.7, alibi_slopes=slopes)
+    want = _reference_on_grid(q, k, v, ranks=ranks, normalize=normalize, seq_len=T,
+                              slopes=slopes, logit_scale=0.7)  # fmt: skip
+    slots = jnp.arange(S)[None, :, None, None]
+
+    @jax.jit
+    @jax.vmap
+    def step(t):  # one query at position t; the slots after it hold garbage that must not count
+        k_t, v_t = jnp.where(slots <= t, k, 1e3), jnp.where(slots <= t, v, 1e3)
+        return cached_mlr_attention(jax.lax.dynamic_slice_in_dim(q, t, 1, 1), k_t, v_t, t, **kw)
+
+    steps = step(jnp.arange(S))[:, 0, 0]  # (S, H, D)
+    np.testing.assert_allclose(steps, want[0], atol=1e-5)
+    # Several queries at once (the prefill's form), from a non-zero position.
+    np.testing.assert_allclose(
+        cached_mlr_attention(q[:, 3:8], k, v, jnp.int32(3), **kw), want[:, 3:8], atol=1e-5
+    )
