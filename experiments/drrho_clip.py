@@ -67,7 +67,7 @@ SMALL = CLIPConfig(image_tower="mlp", width=64, depth=2, heads=4, vocab_size=len
 PRESETS = {
     "default": lambda: Config(
         model=SMALL,
-        train=_train_cfg(600, 128, 2e-3),
+        train=_train_cfg(300, 128, 2e-3),
         reference_train=_train_cfg(300, 128, 2e-3),
     ),
     "smoke": lambda: Config(

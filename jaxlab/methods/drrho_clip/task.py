@@ -44,6 +44,7 @@ from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
 from jaxlab.core.step import create_state, merge_state
 from jaxlab.data.batching import index_batch_dataset
 from jaxlab.data.captions import CaptionPairs, zero_shot_prompts
+from jaxlab.methods.drrho_clip import distributed as D
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 
@@ -80,6 +81,12 @@ class LossConfig:
             self.reference_mode in ("cached", "online"),
             "loss.reference_mode must be 'cached' or 'online'",
         )
+
+
+def _data_devices() -> int:
+    """Size of the ``data`` axis of the mesh in context while tracing (1 without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return 1 if mesh.empty or "data" not in mesh.axis_names else mesh.shape["data"]
 
 
 def _as_float(images: np.ndarray) -> np.ndarray:
@@ -173,15 +180,21 @@ class CLIPTask:
         ref = self._reference_embeddings(batch, task_state) if self.reference is not None else None
         tables = task_state["tables"]
         metrics: dict[str, jax.Array] = {}
+        # Over >1 data devices: local anchors against all-gathered candidates (distributed.py),
+        # which equals the single-device loss on the global batch (tested on 8 devices).
+        sharded = _data_devices() > 1
         if c.objective in ("clip", "kd", "jest"):
-            objective = L.clip_loss(img, txt, tau=c.tau)
+            clip = D.sharded_clip_loss if sharded else L.clip_loss
+            objective = clip(img, txt, tau=c.tau)
             metrics["loss"] = objective
         else:
             r_img, r_txt = ref if c.objective != "gcl" else (None, None)
-            objective, tables = L.drrho_surrogate(
+            surrogate = D.sharded_drrho_surrogate if sharded else L.drrho_surrogate
+            objective, tables = surrogate(
                 img, txt, r_img, r_txt, tables, batch["index"], tau=c.tau, eps=c.eps, gamma=c.gamma
             )
-            metrics["loss"] = L.drrho_loss(
+            value = D.sharded_drrho_loss if sharded else L.drrho_loss
+            metrics["loss"] = value(
                 jax.lax.stop_gradient(img),
                 jax.lax.stop_gradient(txt),
                 r_img,
