@@ -93,18 +93,19 @@ def _as_float(images: np.ndarray) -> np.ndarray:
     return images.astype(np.float32) / np.float32(255.0)
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(graphdef, state, images, tokens):
+    return nnx.merge(graphdef, state)(images, tokens)
+
+
 def embed_pairs(
     model: CLIPModel, images: np.ndarray, tokens: np.ndarray, batch_size: int = 500
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Image and text embeddings of uint8 images and tokens, in batches (jitted once)."""
+    """Image and text embeddings of uint8 images and tokens, in batches (one compiled function
+    per model structure and batch shape, reused across calls)."""
     graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def embed(state, x, t):
-        return nnx.merge(graphdef, state)(x, t)
-
     outs = [
-        embed(state, _as_float(images[i : i + batch_size]), tokens[i : i + batch_size])
+        _embed(graphdef, state, _as_float(images[i : i + batch_size]), tokens[i : i + batch_size])
         for i in range(0, len(images), batch_size)
     ]
     return tuple(np.concatenate([np.asarray(o[k]) for o in outs]) for k in (0, 1))
