@@ -132,7 +132,6 @@ class CLIPTask:
             self.loss_cfg.objective not in NEEDS_REFERENCE or self.reference is not None,
             f"loss.objective={self.loss_cfg.objective!r} needs a reference model",
         )
-        self.prompts = jnp.asarray(zero_shot_prompts())
         if self.reference is not None:
             self._ref_def, ref_state = nnx.split(self.reference)
             self._ref_leaves, self._ref_tree = jax.tree.flatten(ref_state)
@@ -147,7 +146,12 @@ class CLIPTask:
 
     def init_task_state(self, key: jax.Array) -> dict[str, Any]:
         del key
-        state: dict[str, Any] = {"tables": L.init_tables(len(self.train.images))}
+        # The zero-shot prompts ride in the state: as a traced input rather than a constant of
+        # the eval step, XLA does not spend its compile time constant-folding the prompt tower.
+        state: dict[str, Any] = {
+            "tables": L.init_tables(len(self.train.images)),
+            "prompts": jnp.asarray(zero_shot_prompts()),
+        }
         if self.reference is not None:
             if self.loss_cfg.reference_mode == "cached":
                 state["ref_img"], state["ref_txt"] = map(jnp.asarray, self._ref_cache)
@@ -167,8 +171,10 @@ class CLIPTask:
         c = self.loss_cfg
         if key is None:  # evaluation: one yardstick for every objective
             img, txt = model(batch["image"], batch["tokens"])
-            prompt_CPE = model.encode_text(self.prompts.reshape(-1, self.prompts.shape[-1]))
-            cls_CE = prompt_CPE.reshape(*self.prompts.shape[:2], -1).mean(1)
+            prompts = task_state["prompts"]
+            prompt_CPE = model.encode_text(prompts.reshape(-1, prompts.shape[-1]))
+            cls_CE = prompt_CPE.reshape(*prompts.shape[:2], -1).mean(1)
+            cls_CE = cls_CE / jnp.linalg.norm(cls_CE, axis=1, keepdims=True)  # as in captions.py
             pred = jnp.argmax(img @ cls_CE.T, axis=1)
             metrics = {
                 "loss": L.clip_loss(img, txt, tau=c.tau),

@@ -162,10 +162,11 @@ def test_objectives_needing_a_reference_refuse_without_one(data):
 def test_shared_loop_runs_and_restores_the_model(data, reference, tmp_path):
     task = CLIPTask(MLP, LossConfig(objective="drrho", gamma=0.8), *data, reference=reference)
     cfg = TrainConfig(
-        steps=4, batch_size=B, learning_rate=1e-2, warmup_steps=0, log_every=2, eval_every=4,
-        eval_batches=2, checkpoint_every=4, tensorboard=False,
+        steps=2, batch_size=B, learning_rate=1e-2, warmup_steps=0, log_every=1, eval_every=2,
+        eval_batches=1, checkpoint_every=2, tensorboard=False,
     )  # fmt: skip
-    summary = run_training(task, cfg, tmp_path, verbose=False)
+    # One device: the sharded step has its own test above; this one is about the loop's plumbing.
+    summary = run_training(task, cfg, tmp_path, verbose=False, mesh_cfg=MeshConfig(data=1))
     assert 0 <= summary["eval"]["eval_zero_shot_acc"] <= 1
     model = restore_model(task, cfg, tmp_path)
     assert isinstance(model, CLIPModel)
