@@ -75,7 +75,7 @@ PRESETS = {
         train=_train_cfg(12, 32, 3e-3),
         reference_train=_train_cfg(8, 32, 3e-3),
         data=DataConfig(train_pairs=256, reference_pairs=96, test_pairs=96, held_out_pairs=32),
-        methods=("clip", "jest", "drrho"),
+        methods=("clip", "drrho"),
         seeds=1,
     ),
     # The ViT-B/16 run of the paper (Sec. 5, Appendix): τ fixed at 0.01, ε = 1e-4, γ = 1, global

@@ -7,10 +7,14 @@
   margins subtracted (paper Eq. (9), Sec. 4);
 * ``"kd"`` — CLIP plus ``kd_weight`` × distillation from the reference's similarity rows;
   ``"drrho_kd"`` — DRRho plus the same distillation term (the paper's DRRho + KD, Table 3);
-* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified to independent scores): each
-  step draws a super-batch of ``batch / jest_keep`` pairs, scores each pair by learner loss −
-  reference loss (its in-batch InfoNCE, no gradient), keeps the top ``batch`` pairs and takes a
-  CLIP step on them.
+* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified): each step draws a super-batch
+  of ``batch / jest_keep`` pairs, scores each pair by learner loss − reference loss (its InfoNCE
+  against the whole super-batch, no gradient), keeps the top ``batch`` pairs and takes a CLIP step
+  on them. JEST proper scores the learnability of the *sub-batch's* contrastive loss, which
+  couples the pairs, and builds the sub-batch in chunks, sampling each chunk (softmax over the
+  scores, without replacement) conditioned on the chunks already chosen. The simplification is
+  one pass of independent scores and a deterministic top-k: one forward of the super-batch, no
+  sequential chunk loop, and the same pair always wins against the same super-batch (tested).
 
 The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
 never differentiated: either its embeddings of every training pair, computed once
