@@ -77,7 +77,15 @@ def stepped(data, reference):
     return get
 
 
-@pytest.mark.parametrize("objective", ["clip", "gcl", "drrho", "kd", "drrho_kd", "jest"])
+# gcl is drrho's branch without a reference, kd is clip's plus drrho_kd's distillation term.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "objective",
+    ["clip", pytest.param("gcl", marks=SLOW), "drrho", pytest.param("kd", marks=SLOW), "drrho_kd",
+     "jest"],
+)  # fmt: skip
 def test_every_objective_steps(objective, stepped):
     _, before, after, metrics, batch, _ = stepped(objective)
     assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
