@@ -118,6 +118,7 @@ def make_caption_pairs(
     seed: int,
     noise: float = 0.0,
     second_prob: float = 0.5,
+    mention: float = 1.0,
     held_out: str = "exclude",
 ) -> CaptionPairs:
     """Renders ``num_pairs`` seeded image–caption pairs from the ``split`` images.
@@ -128,16 +129,19 @@ def make_caption_pairs(
       seed: everything is a function of it.
       noise: fraction of pairs whose caption is another pair's (0 for clean data).
       second_prob: probability of a second object.
+      mention: probability that a caption names each attribute (size, colour, position, the
+        second object's colour); the class is always named. Below 1, the captions are partial
+        like web alt-text and the class is the one word every caption of an image shares.
       held_out: ``"exclude"`` never renders the :data:`HELD_OUT` combination, ``"only"`` renders
         only it (the held-out evaluation), ``"allow"`` samples freely.
 
     Returns:
       The pairs.
     """
-    if num_pairs < 1 or not 0 <= noise <= 1 or not 0 <= second_prob <= 1:
+    if num_pairs < 1 or not all(0 <= v <= 1 for v in (noise, second_prob, mention)):
         raise ConfigError(
-            f"need num_pairs >= 1 and noise, second_prob in [0, 1]; got {num_pairs}, {noise}, "
-            f"{second_prob}"
+            f"need num_pairs >= 1 and noise, second_prob, mention in [0, 1]; got {num_pairs}, "
+            f"{noise}, {second_prob}, {mention}"
         )
     if held_out not in ("exclude", "only", "allow"):
         raise ConfigError(f"held_out must be 'exclude', 'only' or 'allow', got {held_out!r}")
@@ -157,8 +161,13 @@ def make_caption_pairs(
         px = SIZES[size]
         x = 0 if pos == 0 else CANVAS - px
         _paste(images[n], _resize(src[k], px), colour, x, int(rng.integers(CANVAS - px + 1)))
-        text = TEMPLATES[rng.integers(len(TEMPLATES))].format(
-            size=size, colour=colour, name=CLASS_NAMES[src_labels[k]], pos=POSITIONS[pos]
+        named = rng.random(4) < mention  # size, colour, position, second colour
+        text = _caption(
+            TEMPLATES[rng.integers(len(TEMPLATES))],
+            size=size if named[0] else None,
+            colour=colour if named[1] else None,
+            name=CLASS_NAMES[src_labels[k]],
+            pos=POSITIONS[pos] if named[2] else None,
         )
         if rng.random() < second_prob:
             k2 = rng.integers(len(src))
@@ -168,6 +177,8 @@ def make_caption_pairs(
             x2 = CANVAS - 14 if pos == 0 else 0
             _paste(images[n], _resize(src[k2], 14), c2, x2, int(rng.integers(CANVAS - 13)))
             text += SECOND.format(colour=c2, name=CLASS_NAMES[src_labels[k2]])
+            if not named[3]:
+                text = text.replace(f" with a {c2} ", " with a ")
         captions.append(text)
         labels.append(src_labels[k])
         colours.append(colour_names.index(colour))
@@ -187,6 +198,35 @@ def make_caption_pairs(
         np.asarray(positions, np.int32),
         matched,
     )
+
+
+def _caption(template: str, *, name: str, size, colour, pos) -> str:
+    """``template`` filled in, with the words of every attribute given as None left out."""
+    parts = {
+        "{size}": [size] if size else [],
+        "{colour}": [colour] if colour else [],
+        "{pos}": [pos] if pos else [],
+        "{name}": [name],
+    }
+    words = template.split()
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if w in parts:
+            out += parts[w]
+        elif w in (",", ":", "on", "the", "in") and _drops(words, i, parts):
+            continue  # the glue of a left-out attribute ("on the {pos}", ", {size}", "in {c}")
+        else:
+            out.append(w)
+    return " ".join(out)
+
+
+def _drops(words: list[str], i: int, parts: dict) -> bool:
+    """Whether glue word ``words[i]`` belongs to a left-out attribute (the next slot, or for
+    ``:`` the slot before it)."""
+    if words[i] == ":":
+        return not parts[words[i - 1]]
+    nxt = next(w for w in words[i + 1 :] if w not in ("on", "the", "in"))
+    return nxt in parts and not parts[nxt]
 
 
 def zero_shot_prompts(ensemble: bool = True) -> Int[np.ndarray, "C P L"]:

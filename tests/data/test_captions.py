@@ -93,3 +93,23 @@ def test_bad_arguments():
         C.make_caption_pairs("train", 10, seed=0, noise=1.5)
     with pytest.raises(ConfigError, match="unknown words"):
         C.tokenize(["a purple cat"])
+
+
+def test_partial_captions_always_name_the_class():
+    full = C.make_caption_pairs("train", 200, seed=5)
+    part = C.make_caption_pairs("train", 200, seed=5, mention=0.3)
+    np.testing.assert_array_equal(part.images, full.images)  # the same rendered images
+    colours, named = list(C.COLOURS), []
+    for i in range(200):
+        words = _words(part.tokens[i])
+        assert C.CLASS_NAMES[part.labels[i]] in words and words[-1] == "<eos>"
+        named.append(colours[part.colours[i]] in words)
+        # no glue left behind by a dropped attribute
+        assert not any(a == b for a, b in zip(words, words[1:], strict=False))
+        assert words[0] != ":" and "on the <eos>" not in " ".join(words)
+    assert 0.15 < np.mean(named) < 0.5  # the primary colour named about 30% of the time
+    assert np.mean(np.sum(part.tokens != 0, 1)) < np.mean(np.sum(full.tokens != 0, 1))
+    none = C.make_caption_pairs("train", 20, seed=5, mention=0.0, second_prob=0.0)
+    assert {tuple(_words(t)[:-2]) for t in none.tokens} <= {("a",), ("a", "photo", "of", "a")}
+    with pytest.raises(ConfigError, match="mention"):
+        C.make_caption_pairs("train", 5, seed=0, mention=1.5)

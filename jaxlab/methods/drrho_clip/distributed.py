@@ -17,12 +17,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec
-from jaxtyping import Array, Float
+from jax.sharding import AbstractMesh, Mesh, PartitionSpec
+from jaxtyping import Array, Float, Int
 
 from jaxlab.methods.drrho_clip import losses as L
 
-__all__ = ["sharded_clip_loss", "sharded_drrho_loss"]
+__all__ = ["sharded_clip_loss", "sharded_drrho_loss", "sharded_drrho_surrogate"]
 
 
 def _local_drrho(img, txt, ref_img, ref_txt, *, axis: str, tau: float, eps: float, batch: int):
@@ -45,7 +45,7 @@ def sharded_drrho_loss(
     ref_img_BE: Float[Array, "B E"] | None,
     ref_txt_BE: Float[Array, "B E"] | None,
     *,
-    mesh: Mesh,
+    mesh: Mesh | AbstractMesh | None = None,
     axis: str = "data",
     tau: float,
     eps: float,
@@ -83,7 +83,7 @@ def sharded_clip_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
     *,
-    mesh: Mesh,
+    mesh: Mesh | AbstractMesh | None = None,
     axis: str = "data",
     tau: float,
 ) -> Float[Array, ""]:
@@ -94,3 +94,55 @@ def sharded_clip_loss(
     return jax.shard_map(fn, mesh=mesh, in_specs=(row, row), out_specs=PartitionSpec())(
         img_BD, txt_BD
     )
+
+
+def _local_surrogate(img, txt, ref_img, ref_txt, u_img, u_txt, seen, *, axis, tau, eps, gamma):
+    offset = jax.lax.axis_index(axis) * img.shape[0]
+    gather = functools.partial(jax.lax.all_gather, axis_name=axis, tiled=True)
+    all_img, all_txt = gather(img), gather(txt)
+    all_ref_img = all_ref_txt = None
+    if ref_img is not None:
+        all_ref_img, all_ref_txt = gather(ref_img), gather(ref_txt)
+    d_img, neg = L.margins(img, all_txt, ref_img, all_ref_txt, tau=tau, offset=offset)
+    d_txt, _ = L.margins(txt, all_img, ref_txt, all_ref_img, tau=tau, offset=offset)
+    value_b, u_img, u_txt = L.surrogate_terms(
+        d_img, d_txt, neg, u_img, u_txt, seen, eps=eps, gamma=gamma
+    )
+    total = tau * jax.lax.psum(jnp.sum(value_b), axis) / all_img.shape[0]
+    return total, u_img, u_txt
+
+
+def sharded_drrho_surrogate(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"] | None,
+    ref_txt_BE: Float[Array, "B E"] | None,
+    tables: L.ContrastiveTables,
+    ids_B: Int[Array, " B"],
+    *,
+    mesh: Mesh | AbstractMesh | None = None,
+    axis: str = "data",
+    tau: float,
+    eps: float,
+    gamma: float,
+) -> tuple[Float[Array, ""], L.ContrastiveTables]:
+    """:func:`~.losses.drrho_surrogate` with local anchors against gathered candidates.
+
+    The tables stay replicated: the anchors' old estimates are read at their ids, each device
+    updates its own rows, and the new rows (sharded like the batch) are written back, so value,
+    gradient and tables equal the single-device ones. ``mesh=None`` uses the mesh in context.
+    """
+    row = PartitionSpec(axis, None)
+    vec = PartitionSpec(axis)
+    has_ref = ref_img_BE is not None
+    fn = functools.partial(_local_surrogate, axis=axis, tau=tau, eps=eps, gamma=gamma)
+    old = (tables.log_u_img[ids_B], tables.log_u_txt[ids_B], tables.seen[ids_B])
+    if has_ref:
+        body, args, specs = fn, (img_BD, txt_BD, ref_img_BE, ref_txt_BE), (row,) * 4
+    else:
+        body = lambda i, t, *u: fn(i, t, None, None, *u)  # noqa: E731
+        args, specs = (img_BD, txt_BD), (row, row)
+    value, u_img, u_txt = jax.shard_map(
+        body, mesh=mesh, in_specs=(*specs, vec, vec, vec), out_specs=(PartitionSpec(), vec, vec)
+    )(*args, *old)
+    return value, L.write_tables(tables, ids_B, u_img, u_txt)

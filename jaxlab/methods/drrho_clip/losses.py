@@ -48,7 +48,9 @@ __all__ = [
     "init_tables",
     "margins",
     "per_pair_clip_loss",
+    "surrogate_terms",
     "update_log_u",
+    "write_tables",
 ]
 
 
@@ -297,26 +299,55 @@ def drrho_surrogate(
         tau=tau,
         offset=offset,
     )
-    n = img_BD.shape[0]
-    seen = tables.seen[ids_B]
-    log_u_img = update_log_u(
+    value_B, log_u_img, log_u_txt = surrogate_terms(
+        d_img,
+        d_txt,
+        neg,
         tables.log_u_img[ids_B],
-        jax.lax.stop_gradient(_log_eps_mean(d_img, neg, eps, n)),
-        seen,
-        gamma,
-    )
-    log_u_txt = update_log_u(
         tables.log_u_txt[ids_B],
-        jax.lax.stop_gradient(_log_eps_mean(d_txt, neg, eps, n)),
-        seen,
-        gamma,
+        tables.seen[ids_B],
+        eps=eps,
+        gamma=gamma,
     )
-    value = jnp.mean(
-        _surrogate_direction(d_img, neg, log_u_img) + _surrogate_direction(d_txt, neg, log_u_txt)
+    return tau * jnp.mean(value_B), write_tables(tables, ids_B, log_u_img, log_u_txt)
+
+
+def surrogate_terms(
+    d_img_BN: Float[Array, "B N"],
+    d_txt_BN: Float[Array, "B N"],
+    neg_BN: Bool[Array, "B N"],
+    log_u_img_B: Float[Array, " B"],
+    log_u_txt_B: Float[Array, " B"],
+    seen_B: Bool[Array, " B"],
+    *,
+    eps: float,
+    gamma: float,
+) -> tuple[Float[Array, " B"], Float[Array, " B"], Float[Array, " B"]]:
+    """Per-anchor surrogate terms (unscaled by τ) and the anchors' updated log u, from the
+    margins of B anchors against all N candidates (the single-device and sharded forms share it).
+    """
+    n = d_img_BN.shape[1]
+    new_img = update_log_u(
+        log_u_img_B, jax.lax.stop_gradient(_log_eps_mean(d_img_BN, neg_BN, eps, n)), seen_B, gamma
     )
-    new = ContrastiveTables(
-        tables.log_u_img.at[ids_B].set(log_u_img),
-        tables.log_u_txt.at[ids_B].set(log_u_txt),
+    new_txt = update_log_u(
+        log_u_txt_B, jax.lax.stop_gradient(_log_eps_mean(d_txt_BN, neg_BN, eps, n)), seen_B, gamma
+    )
+    value_B = _surrogate_direction(d_img_BN, neg_BN, new_img) + _surrogate_direction(
+        d_txt_BN, neg_BN, new_txt
+    )
+    return value_B, new_img, new_txt
+
+
+def write_tables(
+    tables: ContrastiveTables,
+    ids_B: Int[Array, " B"],
+    log_u_img_B: Float[Array, " B"],
+    log_u_txt_B: Float[Array, " B"],
+) -> ContrastiveTables:
+    """The tables with the entries at ``ids_B`` set to the new estimates and marked seen."""
+    return ContrastiveTables(
+        tables.log_u_img.at[ids_B].set(log_u_img_B),
+        tables.log_u_txt.at[ids_B].set(log_u_txt_B),
         tables.seen.at[ids_B].set(True),
     )
-    return tau * value, new

@@ -131,7 +131,7 @@ class CLIPModel(nnx.Module):
 
     def encode_image(self, images_BHWC: Float[Array, "B H W C"]) -> Float[Array, "B E"]:
         """L2-normalised image embeddings of images in [0, 1]."""
-        x = images_BHWC.astype(jnp.float32) - 0.5
+        x = images_BHWC.astype(jnp.float32)
         if self.cfg.image_tower == "mlp":
             h_BF = x.reshape(x.shape[0], -1)
             for layer in self.mlp_layers:

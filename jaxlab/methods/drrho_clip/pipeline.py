@@ -37,13 +37,15 @@ class DataConfig:
 
     train_pairs: int = 8000
     noise: float = 0.3  # fraction of mismatched training pairs
-    reference_pairs: int = 1000  # the reference's small clean subset
+    reference_pairs: int = 2000  # the reference's small clean subset
+    mention: float = 0.3  # probability a caption names each attribute (the class: always)
     test_pairs: int = 1000  # held-out images, all attribute combinations but the held-out one
     held_out_pairs: int = 500  # held-out images with the held-out attribute combination
     seed: int = 0
 
     def __post_init__(self) -> None:
         check(0 <= self.noise < 1, "data.noise must be in [0, 1)")
+        check(0 <= self.mention <= 1, "data.mention must be in [0, 1]")
         for name in ("train_pairs", "reference_pairs", "test_pairs", "held_out_pairs"):
             check(getattr(self, name) > 1, f"data.{name} must be at least 2")
 
@@ -58,12 +60,14 @@ class Splits:
 
 def make_splits(cfg: DataConfig, train_pairs: int | None = None) -> Splits:
     """Renders the splits; ``train_pairs`` overrides the size of the noisy training set."""
-    s = cfg.seed * 4  # distinct streams per split
+    s, m = cfg.seed * 4, cfg.mention  # distinct streams per split
     return Splits(
-        make_caption_pairs("train", train_pairs or cfg.train_pairs, seed=s, noise=cfg.noise),
-        make_caption_pairs("train", cfg.reference_pairs, seed=s + 1),
-        make_caption_pairs("test", cfg.test_pairs, seed=s + 2),
-        make_caption_pairs("test", cfg.held_out_pairs, seed=s + 3, held_out="only"),
+        make_caption_pairs(
+            "train", train_pairs or cfg.train_pairs, seed=s, noise=cfg.noise, mention=m
+        ),
+        make_caption_pairs("train", cfg.reference_pairs, seed=s + 1, mention=m),
+        make_caption_pairs("test", cfg.test_pairs, seed=s + 2, mention=m),
+        make_caption_pairs("test", cfg.held_out_pairs, seed=s + 3, held_out="only", mention=m),
     )
 
 

@@ -7,10 +7,14 @@
   margins subtracted (paper Eq. (9), Sec. 4);
 * ``"kd"`` — CLIP plus ``kd_weight`` × distillation from the reference's similarity rows;
   ``"drrho_kd"`` — DRRho plus the same distillation term (the paper's DRRho + KD, Table 3);
-* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified to independent scores): each
-  step draws a super-batch of ``batch / jest_keep`` pairs, scores each pair by learner loss −
-  reference loss (its in-batch InfoNCE, no gradient), keeps the top ``batch`` pairs and takes a
-  CLIP step on them.
+* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified): each step draws a super-batch
+  of ``batch / jest_keep`` pairs, scores each pair by learner loss − reference loss (its InfoNCE
+  against the whole super-batch, no gradient), keeps the top ``batch`` pairs and takes a CLIP step
+  on them. JEST proper scores the learnability of the *sub-batch's* contrastive loss, which
+  couples the pairs, and builds the sub-batch in chunks, sampling each chunk (softmax over the
+  scores, without replacement) conditioned on the chunks already chosen. The simplification is
+  one pass of independent scores and a deterministic top-k: one forward of the super-batch, no
+  sequential chunk loop, and the same pair always wins against the same super-batch (tested).
 
 The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
 never differentiated: either its embeddings of every training pair, computed once
@@ -44,6 +48,7 @@ from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
 from jaxlab.core.step import create_state, merge_state
 from jaxlab.data.batching import index_batch_dataset
 from jaxlab.data.captions import CaptionPairs, zero_shot_prompts
+from jaxlab.methods.drrho_clip import distributed as D
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 
@@ -82,22 +87,29 @@ class LossConfig:
         )
 
 
+def _data_devices() -> int:
+    """Size of the ``data`` axis of the mesh in context while tracing (1 without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return 1 if mesh.empty or "data" not in mesh.axis_names else mesh.shape["data"]
+
+
 def _as_float(images: np.ndarray) -> np.ndarray:
     return images.astype(np.float32) / np.float32(255.0)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _embed(graphdef, state, images, tokens):
+    return nnx.merge(graphdef, state)(images, tokens)
 
 
 def embed_pairs(
     model: CLIPModel, images: np.ndarray, tokens: np.ndarray, batch_size: int = 500
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Image and text embeddings of uint8 images and tokens, in batches (jitted once)."""
+    """Image and text embeddings of uint8 images and tokens, in batches (one compiled function
+    per model structure and batch shape, reused across calls)."""
     graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def embed(state, x, t):
-        return nnx.merge(graphdef, state)(x, t)
-
     outs = [
-        embed(state, _as_float(images[i : i + batch_size]), tokens[i : i + batch_size])
+        _embed(graphdef, state, _as_float(images[i : i + batch_size]), tokens[i : i + batch_size])
         for i in range(0, len(images), batch_size)
     ]
     return tuple(np.concatenate([np.asarray(o[k]) for o in outs]) for k in (0, 1))
@@ -124,7 +136,6 @@ class CLIPTask:
             self.loss_cfg.objective not in NEEDS_REFERENCE or self.reference is not None,
             f"loss.objective={self.loss_cfg.objective!r} needs a reference model",
         )
-        self.prompts = jnp.asarray(zero_shot_prompts())
         if self.reference is not None:
             self._ref_def, ref_state = nnx.split(self.reference)
             self._ref_leaves, self._ref_tree = jax.tree.flatten(ref_state)
@@ -139,7 +150,12 @@ class CLIPTask:
 
     def init_task_state(self, key: jax.Array) -> dict[str, Any]:
         del key
-        state: dict[str, Any] = {"tables": L.init_tables(len(self.train.images))}
+        # The zero-shot prompts ride in the state: as a traced input rather than a constant of
+        # the eval step, XLA does not spend its compile time constant-folding the prompt tower.
+        state: dict[str, Any] = {
+            "tables": L.init_tables(len(self.train.images)),
+            "prompts": jnp.asarray(zero_shot_prompts()),
+        }
         if self.reference is not None:
             if self.loss_cfg.reference_mode == "cached":
                 state["ref_img"], state["ref_txt"] = map(jnp.asarray, self._ref_cache)
@@ -159,8 +175,10 @@ class CLIPTask:
         c = self.loss_cfg
         if key is None:  # evaluation: one yardstick for every objective
             img, txt = model(batch["image"], batch["tokens"])
-            prompt_CPE = model.encode_text(self.prompts.reshape(-1, self.prompts.shape[-1]))
-            cls_CE = prompt_CPE.reshape(*self.prompts.shape[:2], -1).mean(1)
+            prompts = task_state["prompts"]
+            prompt_CPE = model.encode_text(prompts.reshape(-1, prompts.shape[-1]))
+            cls_CE = prompt_CPE.reshape(*prompts.shape[:2], -1).mean(1)
+            cls_CE = cls_CE / jnp.linalg.norm(cls_CE, axis=1, keepdims=True)  # as in captions.py
             pred = jnp.argmax(img @ cls_CE.T, axis=1)
             metrics = {
                 "loss": L.clip_loss(img, txt, tau=c.tau),
@@ -173,15 +191,21 @@ class CLIPTask:
         ref = self._reference_embeddings(batch, task_state) if self.reference is not None else None
         tables = task_state["tables"]
         metrics: dict[str, jax.Array] = {}
+        # Over >1 data devices: local anchors against all-gathered candidates (distributed.py),
+        # which equals the single-device loss on the global batch (tested on 8 devices).
+        sharded = _data_devices() > 1
         if c.objective in ("clip", "kd", "jest"):
-            objective = L.clip_loss(img, txt, tau=c.tau)
+            clip = D.sharded_clip_loss if sharded else L.clip_loss
+            objective = clip(img, txt, tau=c.tau)
             metrics["loss"] = objective
         else:
             r_img, r_txt = ref if c.objective != "gcl" else (None, None)
-            objective, tables = L.drrho_surrogate(
+            surrogate = D.sharded_drrho_surrogate if sharded else L.drrho_surrogate
+            objective, tables = surrogate(
                 img, txt, r_img, r_txt, tables, batch["index"], tau=c.tau, eps=c.eps, gamma=c.gamma
             )
-            metrics["loss"] = L.drrho_loss(
+            value = D.sharded_drrho_loss if sharded else L.drrho_loss
+            metrics["loss"] = value(
                 jax.lax.stop_gradient(img),
                 jax.lax.stop_gradient(txt),
                 r_img,
