@@ -2,7 +2,6 @@
 batch: on 8 simulated CPU devices, and with two ``jax.distributed`` processes of 4 devices each."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 from jaxlab.core.mesh import MeshConfig, make_mesh
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.distributed import sharded_clip_loss, sharded_drrho_loss
+from jaxlab.testing.processes import free_port
 from tests.methods.drrho_clip.two_process_loss import global_inputs
 
 
@@ -56,14 +56,8 @@ def test_clip_eight_devices_equal_one(mesh):
     np.testing.assert_allclose(g8, g1, rtol=1e-5, atol=1e-7)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_equal_one(repo_root, tmp_path):
-    port, out = _free_port(), tmp_path / "two_process.npz"
+    port, out = free_port(), tmp_path / "two_process.npz"
     procs = []
     for i in range(2):
         env = dict(
