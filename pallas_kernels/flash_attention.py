@@ -292,26 +292,32 @@ def _call(
     out_roles,
     scratch,
     name,
+    clamp=None,
+    width=None,
 ):
-    """Builds the BlockSpecs of one kernel and calls it.
+    """Builds the BlockSpecs of one kernel and calls it (also the MLR kernel's launcher).
 
     Every array is ``(B, heads, L, width)`` or a segment array; ``roles[n]`` says whether array
     ``n`` is tiled like the program's own block (``"row"``), streamed (``"stream"``), indexed by
     kv head (suffix ``"_kv"``), a segment array (``"seg_row"``/``"seg_stream"`` with the length on
     axis 1 or 2) or the ALiBi slopes. ``rows = (block, count)``; ``stream = (block, count, q_side)``
-    where ``q_side`` tells the clamp rule for causal skipping.
+    where ``q_side`` tells the clamp rule for causal skipping. ``clamp(r, s)`` replaces that rule
+    (the streamed block index fetched on TPU), ``width`` the head width that sets the GPU warps
+    (default: the first array's).
     """
     B, H = arrays[0].shape[:2]
     row_block, n_rows = rows
     stream_block, n_stream, stream_is_q = stream
     kv_head = lambda h: _div(h, cfg.groups)  # h >= 0; no floor_divide (see _div)
 
-    def clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last useful one)
+    def causal_clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last one)
         if not cfg.causal:
             return s
         if stream_is_q:
             return jnp.maximum(s, _q_lo(cfg, r, stream_block, row_block))
         return jnp.minimum(s, _kv_hi(cfg, r, row_block, stream_block, n_stream) - 1)
+
+    clamp = clamp or causal_clamp
 
     def spec(role, array):
         tpu = cfg.style == "tpu"
@@ -346,7 +352,7 @@ def _call(
         scratch_shapes = [pltpu.VMEM(shape, F32) for shape in scratch]
     else:
         grid = (B, H, n_rows)
-        width = arrays[0].shape[-1]
+        width = width or arrays[0].shape[-1]
         params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
         scratch_shapes = []
     call = pl.pallas_call(

@@ -36,8 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-from jax.experimental.pallas import triton as plgpu
 from jaxtyping import Array, Float, Int
 
 from pallas_kernels._common import (
@@ -45,13 +43,13 @@ from pallas_kernels._common import (
     Style,
     check_power_of_two,
     load_tile,
-    native_call,
     pow2_at_least,
     reduce_blocks,
     resolve_backend,
     round_up,
 )
-from pallas_kernels.flash_attention import MASK_VALUE, _div, _dot
+from pallas_kernels.flash_attention import MASK_VALUE, _div, _dot, _extras
+from pallas_kernels.flash_attention import _call as flash_call
 
 __all__ = ["BlockSizes", "mlr_attention", "mlr_attention_reference"]
 
@@ -328,76 +326,20 @@ def _dq_kernel(*refs, cfg: _Static):
 
 
 def _call(kernel, cfg: _Static, *, rows, stream, arrays, roles, out_shape, scratch, name):
-    """Builds the BlockSpecs of one kernel and calls it (``flash_attention._call`` without GQA).
+    """One kernel through ``flash_attention._call`` (no GQA; outputs are ``"row"``): ``stream =
+    (block, count, row_is_q)``, and on TPU the streamed index is clamped to the row's ``[lo, hi)``
+    so skipped blocks are not fetched (the last useful one repeats)."""
+    row_block, stream_block, row_is_q = rows[0], stream[0], stream[2]
 
-    Every array is ``(B, H, T, width)`` or a segment array; ``roles[n]`` says whether array ``n``
-    is tiled like the program's own block (``"row"``), streamed (``"stream"``), a segment array
-    (``"seg_row"``/``"seg_stream"``) or the ALiBi slopes; outputs are ``"row"``. ``rows = (block,
-    count)``; ``stream = (block, count, row_is_q)``. On TPU the streamed index is clamped to the
-    row's ``[lo, hi)`` so skipped blocks are not fetched (the last useful one repeats).
-    """
-    B, H = arrays[0].shape[:2]
-    row_block, n_rows = rows
-    stream_block, n_stream, row_is_q = stream
-    tpu = cfg.style == "tpu"
+    def clamp(r, s):
+        lo, hi = _bounds(cfg, r, row_block, stream_block, row_is_q)
+        return jnp.minimum(jnp.maximum(s, lo), hi - 1)
 
-    def spec(role, array):
-        if role == "slopes":  # (H,): a scalar per program, in SMEM on TPU
-            return pl.BlockSpec(memory_space=pltpu.SMEM) if tpu else pl.BlockSpec(array.shape)
-        seg = role.startswith("seg_")  # (B, T, 1) query-side ids or (B, 1, T) key-side ids
-        axis = (1 if array.shape[-1] == 1 else 2) if seg else 2  # the length axis
-        streamed = role.endswith("stream")
-        block = [None, *array.shape[1:]] if seg else [None, None, *array.shape[2:]]
-        if not streamed:
-            block[axis] = row_block
-        elif tpu:
-            block[axis] = stream_block  # GPU: the whole length, sliced inside the kernel
-
-        def index_map(b, h, r, *s):
-            index = [b, 0, 0] if seg else [b, h, 0, 0]
-            if not streamed:
-                index[axis] = r
-            elif tpu:
-                lo, hi = _bounds(cfg, r, row_block, stream_block, row_is_q)
-                index[axis] = jnp.minimum(jnp.maximum(s[0], lo), hi - 1)
-            return tuple(index)
-
-        return pl.BlockSpec(tuple(block), index_map)
-
-    in_specs = [spec(role, a) for role, a in zip(roles, arrays, strict=True)]
-    out_specs = [spec("row", o) for o in out_shape]
-    if tpu:
-        grid = (B, H, n_rows, n_stream)
-        params = pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
-        scratch_shapes = [pltpu.VMEM(shape, F32) for shape in scratch]
-    else:
-        grid = (B, H, n_rows)
-        width = max(arrays[0].shape[-1], arrays[2].shape[-1])
-        params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
-        scratch_shapes = []
-    call = pl.pallas_call(
-        functools.partial(kernel, cfg=cfg),
-        grid=grid,
-        in_specs=in_specs,
-        out_specs=out_specs,
-        out_shape=out_shape,
-        scratch_shapes=scratch_shapes,
-        compiler_params=params,
-        interpret=cfg.interpret,
-        name=name,
-    )
-    return native_call(call, out_shape, cfg.style, cfg.interpret)(*arrays)
-
-
-def _extras(seg_q, seg_k, slopes, row_is_q: bool):
-    arrays, roles = [], []
-    if seg_q is not None:
-        arrays += [seg_q, seg_k]
-        roles += ["seg_row", "seg_stream"] if row_is_q else ["seg_stream", "seg_row"]
-    if slopes is not None:
-        arrays.append(slopes)
-        roles.append("slopes")
-    return arrays, roles
+    return flash_call(
+        kernel, cfg, rows=rows, stream=stream, arrays=arrays, roles=roles, out_shape=out_shape,
+        out_roles=["row"] * len(out_shape), scratch=scratch, name=name, clamp=clamp,
+        width=max(arrays[0].shape[-1], arrays[2].shape[-1]),
+    )  # fmt: skip
 
 
 def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
