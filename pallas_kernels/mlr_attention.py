@@ -48,7 +48,7 @@ from pallas_kernels._common import (
     resolve_backend,
     round_up,
 )
-from pallas_kernels.flash_attention import MASK_VALUE, _div, _dot, _extras
+from pallas_kernels.flash_attention import MASK_VALUE, _div, _dot, _extras, _split
 from pallas_kernels.flash_attention import _call as flash_call
 
 __all__ = ["BlockSizes", "mlr_attention", "mlr_attention_reference"]
@@ -184,16 +184,6 @@ def _by_level(cfg: _Static, q_start, k_start, tile, j, carry):
     branch (one branch per level)."""
     branches = [functools.partial(tile, c) for c in range(cfg.levels)]
     return lax.switch(_finest_level(cfg, q_start, k_start), branches, j, carry)
-
-
-def _split(refs, n_main: int, cfg: _Static):
-    main, rest = refs[:n_main], list(refs[n_main:])
-    seg_q = seg_k = slopes = None
-    if cfg.has_seg:
-        seg_q, seg_k, *rest = rest
-    if cfg.has_alibi:
-        slopes, *rest = rest
-    return main, seg_q, seg_k, slopes, rest
 
 
 # --------------------------------------------------------------------------------------- kernels
