@@ -127,57 +127,156 @@ def _pick(x, *, n: int, last: bool, causal: bool, side: str):
     return x.reshape(x.shape[0], -1, *x.shape[3:])
 
 
-def _region(q_BNQHW, k_BNKHW, v_BNKHD, keep, bias):
-    """Partial softmax of one region: running max ``m``, sum ``z`` and unnormalised output ``o``
-    for each query, over the region's keys only (``keep`` masks pairs, ``bias`` is ALiBi)."""
-    s = jnp.einsum("bnqhw,bnkhw->bnhqk", q_BNQHW, k_BNKHW, preferred_element_type=jnp.float32)
+# Regions longer than this are computed tile by tile (an online softmax over key tiles), so the
+# logits of one step stay in cache; shorter regions are one step. See :func:`_blockwise`.
+REGION_TILE = 256
+
+
+def _tile_pairs(nq: int, nk: int, diagonal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Static (query tile, key tile) indices of a region; on a causal diagonal block only the
+    pairs with key tile <= query tile (the others are masked whole)."""
+    i, j = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
+    keep = j <= i if diagonal else np.ones_like(i, bool)
+    return i[keep].astype(np.int32), j[keep].astype(np.int32)
+
+
+def _pad_axis(x, axis: int, amount: int, value):
+    if not amount:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, amount)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+class _Region:
+    """One region of the blockwise form in head-major tiles: ``n`` blocks of ``Q`` queries
+    against ``K`` keys (padded to tile multiples), the views of its inputs and its masks.
+
+    ``pick_q`` / ``pick_k`` map ``(B, T, ...)`` arrays to the ``(B, n, Q | K, ...)`` views the
+    region sees (:func:`_pick`); their linear transposes carry gradients back."""
+
+    def __init__(self, c, L, T, periods, causal, tile, segment_ids, slopes):
+        self.last = c == L - 1
+        n = periods * 2**c
+        self.pick_q = functools.partial(_pick, n=n, last=self.last, causal=causal, side="q")
+        self.pick_k = functools.partial(_pick, n=n, last=self.last, causal=causal, side="k")
+        pos = jnp.arange(T)[None]
+        self.q_pos, self.k_pos = self.pick_q(pos)[0], self.pick_k(pos)[0]  # (n, Q), (n, K)
+        self.Q, self.K = self.q_pos.shape[1], self.k_pos.shape[1]
+        self.tq, self.tk = min(self.Q, tile), min(self.K, tile)
+        self.nq, self.nk = -(-self.Q // self.tq), -(-self.K // self.tk)
+        self.pad_q, self.pad_k = self.nq * self.tq - self.Q, self.nk * self.tk - self.K
+        self.causal_mask = causal and self.last
+        diagonal = self.causal_mask and self.tq == self.tk
+        self.pairs = _tile_pairs(self.nq, self.nk, diagonal)
+        seg = lambda pick, pad, fill: _pad_axis(pick(segment_ids), 2, pad, fill)
+        self.seg_q = None if segment_ids is None else seg(self.pick_q, self.pad_q, -1)
+        self.seg_k = None if segment_ids is None else seg(self.pick_k, self.pad_k, -2)
+        self.slopes = slopes
+        self.q_pos_p = _pad_axis(self.q_pos, 1, self.pad_q, 0)
+        self.k_pos_p = _pad_axis(self.k_pos, 1, self.pad_k, 0)
+        self.k_valid = _pad_axis(jnp.ones(self.K, bool), 0, self.pad_k, False)
+
+    def heads_first(self, x_BNQH, pad: int, value=0.0):
+        """``(B, n, Q, H, ...)`` -> ``(B, n, H, Q + pad, ...)``."""
+        return _pad_axis(jnp.moveaxis(x_BNQH, 3, 2), 3, pad, value)
+
+    def tile_masks(self, i, j):
+        """``keep`` (or None) and ALiBi ``bias`` (or None) of query tile ``i`` against key tile
+        ``j``, broadcastable to ``(B, n, H, tq, tk)``."""
+        sl = lambda x, t, idx, axis: jax.lax.dynamic_slice_in_dim(x, idx * t, t, axis)
+        q_pos, k_pos = sl(self.q_pos_p, self.tq, i, 1), sl(self.k_pos_p, self.tk, j, 1)
+        keep = None
+        if self.pad_k:
+            keep = sl(self.k_valid, self.tk, j, 0)[None, None, None, None, :]
+        if self.causal_mask:
+            c = (q_pos[:, :, None] >= k_pos[:, None, :])[None, :, None]
+            keep = c if keep is None else keep & c
+        if self.seg_q is not None:
+            sq, sk = sl(self.seg_q, self.tq, i, 2), sl(self.seg_k, self.tk, j, 2)
+            same = (sq[:, :, :, None] == sk[:, :, None, :])[:, :, None]
+            keep = same if keep is None else keep & same
+        bias = None
+        if self.slopes is not None:
+            dist = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(jnp.float32)
+            bias = -self.slopes.astype(jnp.float32)[None, None, :, None, None] * dist[None, :, None]
+        return keep, bias
+
+
+def _tile_logits(region, q_t, k_t, i, j):
+    """Masked logits ``(B, n, H, tq, tk)`` of one tile pair and its ``keep`` mask (or None)."""
+    s = jnp.einsum("bnhqw,bnhkw->bnhqk", q_t, k_t, preferred_element_type=jnp.float32)
+    keep, bias = region.tile_masks(i, j)
     if bias is not None:
         s = s + bias
     if keep is not None:
         s = jnp.where(keep, s, _MASK_VALUE)
-    m = s.max(-1)
-    p = jnp.exp(s - m[..., None])
-    if keep is not None:
-        p = jnp.where(keep, p, 0.0)
-    o = jnp.einsum("bnhqk,bnkhd->bnqhd", p.astype(v_BNKHD.dtype), v_BNKHD,
-                   preferred_element_type=jnp.float32)  # fmt: skip
-    return m.swapaxes(-1, -2), p.sum(-1).swapaxes(-1, -2), o
+    return s, keep
 
 
-def _region_masks(q_pos, k_pos, seg_q, seg_k, slopes, causal):
-    """Masks and ALiBi bias of a region from its positions ``(n, Q)``, ``(n, K)``."""
-    keep = None
-    if causal:
-        keep = (q_pos[:, :, None] >= k_pos[:, None, :])[None, :, None]
-    if seg_q is not None:
-        same = (seg_q[:, :, :, None] == seg_k[:, :, None, :])[:, :, None]
-        keep = same if keep is None else keep & same
-    bias = None
-    if slopes is not None:
-        dist = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(jnp.float32)
-        bias = -slopes.astype(jnp.float32)[None, None, :, None, None] * dist[None, :, None]
-    return keep, bias
+def _scan_pairs(step, carry, pairs):
+    """Runs ``step`` over a region's tile pairs: one call for one pair, else a ``lax.scan``."""
+    if len(pairs[0]) == 1:
+        return step(carry, (jnp.int32(pairs[0][0]), jnp.int32(pairs[1][0])))[0]
+    return jax.lax.scan(step, carry, (jnp.asarray(pairs[0]), jnp.asarray(pairs[1])))[0]
 
 
-def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods: int = 1):
-    """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
-    pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
-    docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
-    scored). Returns ``(B, T, H, Dv)``."""
+def _slice(x, t, idx, axis=3):
+    return jax.lax.dynamic_slice_in_dim(x, idx * t, t, axis)
+
+
+def _update(x, y, t, idx, axis=3):
+    return jax.lax.dynamic_update_slice_in_dim(x, y, idx * t, axis)
+
+
+def _region_forward(region, q_c, k_w, v):
+    """Partial softmax of one region (FlashAttention-2 Alg. 1, Dao 2023, tile by tile): running
+    max ``m``, sum ``z`` and unnormalised output ``o`` of each query over the region's keys only,
+    as ``(B, n, Q, H)``, ``(B, n, Q, H)``, ``(B, n, Q, H, Dv)``."""
+    r = region
+    q = r.heads_first(r.pick_q(q_c), r.pad_q)
+    k = r.heads_first(r.pick_k(k_w), r.pad_k)
+    v = r.heads_first(r.pick_k(v), r.pad_k)
+    B, n, H, Qp = q.shape[:4]
+    m0 = jnp.full((B, n, H, Qp), _MASK_VALUE, jnp.float32)
+    o0 = jnp.zeros((B, n, H, Qp, v.shape[-1]), jnp.float32)
+
+    def step(carry, ij):
+        m, z, o = carry
+        i, j = ij
+        s, keep = _tile_logits(r, _slice(q, r.tq, i), _slice(k, r.tk, j), i, j)
+        m_old, z_old, o_old = _slice(m, r.tq, i), _slice(z, r.tq, i), _slice(o, r.tq, i)
+        m_new = jnp.maximum(m_old, s.max(-1))
+        p = jnp.exp(s - m_new[..., None])
+        if keep is not None:
+            p = jnp.where(keep, p, 0.0)
+        corr = jnp.exp(m_old - m_new)
+        pv = jnp.einsum("bnhqk,bnhkd->bnhqd", p.astype(v.dtype), _slice(v, r.tk, j),
+                        preferred_element_type=jnp.float32)  # fmt: skip
+        z_new = corr * z_old + p.sum(-1)
+        o_new = corr[..., None] * o_old + pv
+        return (_update(m, m_new, r.tq, i), _update(z, z_new, r.tq, i),
+                _update(o, o_new, r.tq, i)), None  # fmt: skip
+
+    m, z, o = _scan_pairs(step, (m0, jnp.zeros_like(m0), o0), r.pairs)
+    back = lambda x: jnp.moveaxis(x[:, :, :, : r.Q], 2, 3)
+    return back(m), back(z), back(o)
+
+
+def _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
+    """``(q_c, region c)`` for every finest covering level ``c``."""
+    T, L = k.shape[1], len(q_regions)
+    regions = [_Region(c, L, T, periods, causal, tile, segment_ids, slopes) for c in range(L)]
+    return zip(q_regions, regions, strict=True)
+
+
+def _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile):
+    """Output ``(B, T, H, Dv)`` and log-sum-exp ``(B, T, H)`` of the blockwise form."""
     B, T, H, _ = k.shape
-    L = len(q_regions)
-    pos = jnp.arange(T)[None]
     merged = []  # (m, z, o) over the whole sequence, one per region
-    for c, q_c in enumerate(q_regions):
-        last, n, w = c == L - 1, periods * 2**c, q_c.shape[-1]
-        pick_q = functools.partial(_pick, n=n, last=last, causal=causal, side="q")
-        pick_k = functools.partial(_pick, n=n, last=last, causal=causal, side="k")
-        q_pos, k_pos = pick_q(pos)[0], pick_k(pos)[0]
-        keep, bias = _region_masks(
-            q_pos, k_pos, pick_q(segment_ids), pick_k(segment_ids), slopes, causal and last
-        )
-        m, z, o = _region(pick_q(q_c), pick_k(k[..., :w]), pick_k(v), keep, bias)
-        if causal and not last:  # first halves have no keys in this region: neutral entries
+    for q_c, r in _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
+        m, z, o = _region_forward(r, q_c, k[..., : q_c.shape[-1]], v)
+        if causal and not r.last:  # first halves have no keys in this region: neutral entries
             m = jnp.stack([jnp.full_like(m, _MASK_VALUE), m], axis=2)
             z = jnp.stack([jnp.zeros_like(z), z], axis=2)
             o = jnp.stack([jnp.zeros_like(o), o], axis=2)
@@ -185,7 +284,80 @@ def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods: int = 1):
     m_all = jnp.max(jnp.stack([m for m, _, _ in merged]), axis=0)
     z_all = sum(z * jnp.exp(m - m_all) for m, z, _ in merged)
     o_all = sum(o * jnp.exp(m - m_all)[..., None] for m, _, o in merged)
-    return (o_all / z_all[..., None]).astype(v.dtype)
+    return (o_all / z_all[..., None]).astype(v.dtype), m_all + jnp.log(z_all)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods=1, tile=REGION_TILE):
+    """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
+    pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
+    docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
+    scored). Each region runs tile by tile (``tile`` queries x ``tile`` keys a step, an online
+    softmax across key tiles), and the regions merge by their log-sum-exp, so the logits held
+    at once are one tile pair's, not a region's. The backward pass is FlashAttention-2's Alg. 2
+    (Dao 2023) per region, recomputing each tile's probabilities from the saved log-sum-exp.
+    Returns ``(B, T, H, Dv)``."""
+    return _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile)[0]
+
+
+def _blockwise_fwd(q_regions, k, v, segment_ids, slopes, causal, periods, tile):
+    out, lse = _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile)
+    return out, (q_regions, k, v, segment_ids, slopes, out, lse)
+
+
+def _region_backward(region, q_c, k_w, v, do, lse, delta):
+    """Gradients of one region's queries, keys (first ``w`` channels) and values, in the
+    ``(B, T, H, ...)`` layout of the inputs (FlashAttention-2 Alg. 2, tile by tile)."""
+    r = region
+    big = -_MASK_VALUE  # padded queries: p = exp(s - big) = 0
+    q = r.heads_first(r.pick_q(q_c), r.pad_q)
+    k = r.heads_first(r.pick_k(k_w), r.pad_k)
+    vv = r.heads_first(r.pick_k(v), r.pad_k)
+    do_ = r.heads_first(r.pick_q(do), r.pad_q)
+    lse_ = r.heads_first(r.pick_q(lse), r.pad_q, big)
+    delta_ = r.heads_first(r.pick_q(delta), r.pad_q)
+    f32 = dict(preferred_element_type=jnp.float32)
+
+    def step(carry, ij):
+        dq, dk, dv = carry
+        i, j = ij
+        q_t, k_t, v_t = _slice(q, r.tq, i), _slice(k, r.tk, j), _slice(vv, r.tk, j)
+        do_t = _slice(do_, r.tq, i)
+        s, keep = _tile_logits(r, q_t, k_t, i, j)
+        p = jnp.exp(s - _slice(lse_, r.tq, i)[..., None])
+        if keep is not None:
+            p = jnp.where(keep, p, 0.0)
+        dv_t = jnp.einsum("bnhqk,bnhqd->bnhkd", p.astype(do_t.dtype), do_t, **f32)
+        dp = jnp.einsum("bnhqd,bnhkd->bnhqk", do_t, v_t, **f32)
+        ds = p * (dp - _slice(delta_, r.tq, i)[..., None])
+        dq_t = jnp.einsum("bnhqk,bnhkw->bnhqw", ds.astype(k_t.dtype), k_t, **f32)
+        dk_t = jnp.einsum("bnhqk,bnhqw->bnhkw", ds.astype(q_t.dtype), q_t, **f32)
+        return (_update(dq, _slice(dq, r.tq, i) + dq_t, r.tq, i),
+                _update(dk, _slice(dk, r.tk, j) + dk_t, r.tk, j),
+                _update(dv, _slice(dv, r.tk, j) + dv_t, r.tk, j)), None  # fmt: skip
+
+    zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
+    dq, dk, dv = _scan_pairs(step, (zeros(q), zeros(k), zeros(vv)), r.pairs)
+    back = lambda x, n: jnp.moveaxis(x[:, :, :, :n], 2, 3)
+    unpick = lambda pick, x, g: jax.linear_transpose(pick, x)(g.astype(x.dtype))[0]
+    return (unpick(r.pick_q, q_c, back(dq, r.Q)), unpick(r.pick_k, k_w, back(dk, r.K)),
+            unpick(r.pick_k, v, back(dv, r.K)))  # fmt: skip
+
+
+def _blockwise_bwd(causal, periods, tile, residuals, do):
+    q_regions, k, v, segment_ids, slopes, out, lse = residuals
+    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)
+    dq_regions, dk, dv = [], jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
+    for q_c, r in _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
+        w = q_c.shape[-1]
+        dq_c, dk_w, dv_c = _region_backward(r, q_c, k[..., :w], v, do, lse, delta)
+        dq_regions.append(dq_c)
+        dk = dk.at[..., :w].add(dk_w.astype(jnp.float32))
+        dv = dv + dv_c.astype(jnp.float32)
+    return tuple(dq_regions), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+
+
+_blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
 
 
 def mlr_region_queries(q, ranks, normalize=None, logit_scale: float = 1.0):
@@ -214,6 +386,7 @@ def mlr_attention(
     logit_scale: float = 1.0,
     block_len: int | None = None,
     impl: str | AttentionImpl = "auto",
+    tile: int = REGION_TILE,
 ) -> Float[Array, "B T H Dv"]:
     """MLR attention (Kuang et al. 2025, Sec. 4), blockwise (see the module docstring).
 
@@ -236,6 +409,8 @@ def mlr_attention(
         ``"pallas"`` the Pallas kernel, ``"auto"`` the kernel where
         :func:`~jaxlab.nn.attention.pallas_ready` says so and its tiles fit the finest block (else
         the blockwise XLA path), any other the blockwise XLA path.
+      tile: queries and keys per step of the blockwise XLA path: a region longer than this runs
+        tile pair by tile pair with an online softmax (results do not depend on it).
 
     Raises:
       ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
@@ -248,6 +423,7 @@ def mlr_attention(
     except ValueError:
         options = ", ".join(i.value for i in AttentionImpl)
         raise ConfigError(f"unknown mlr_attention impl {impl!r}; choose one of {options}") from None
+    _check_tile(tile)
     B, T = q.shape[:2]
     block_len = T if block_len is None else int(block_len)
     check_mlr(ranks, q.shape[-1], block_len, normalize)
@@ -272,7 +448,7 @@ def mlr_attention(
             if impl is AttentionImpl.PALLAS:
                 raise ConfigError(f"mlr_attention impl 'pallas': {err}") from None
     q_regions = mlr_region_queries(q, tuple(ranks), normalize, logit_scale)
-    out = _blockwise(q_regions, k, v, segment_ids, alibi_slopes, causal, periods)
+    out = _blockwise(tuple(q_regions), k, v, segment_ids, alibi_slopes, causal, periods, int(tile))
     return out[:, :T]
 
 
@@ -284,13 +460,20 @@ def blockwise_full_attention(
     num_levels: int,
     causal: bool = True,
     scale: float | None = None,
+    tile: int = REGION_TILE,
 ) -> Float[Array, "B T H Dv"]:
     """Standard softmax attention through the same region decomposition as :func:`mlr_attention`
     (every region contracts all D channels): the like-for-like baseline of the benchmark, and a
     check of the merge (it equals plain attention)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q_s = (q.astype(jnp.float32) * scale).astype(q.dtype)
-    return _blockwise([q_s] * num_levels, k, v, None, None, causal)
+    _check_tile(tile)
+    return _blockwise((q_s,) * num_levels, k, v, None, None, causal, 1, int(tile))
+
+
+def _check_tile(tile) -> None:
+    if not isinstance(tile, int | np.integer) or isinstance(tile, bool) or tile < 1:
+        raise ConfigError(f"mlr_attention: tile={tile!r} must be a positive int (default 256)")
 
 
 def _check_qkv(q, k, v, segment_ids, slopes):
