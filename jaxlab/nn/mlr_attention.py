@@ -20,8 +20,12 @@ normalisation is one number (``1``, ``1/L`` or ``1/(c + 1)``). The regions parti
 so one softmax over all of a query's keys is a log-sum-exp merge of per-region partial results
 (the running max and sum of FlashAttention, Dao 2023). The QK work is then
 ``sum_l r_l 2^-l / sum_l r_l`` of full attention's (:func:`mlr_qk_flop_ratio`); softmax and the
-value sum are unchanged. :func:`mlr_attention_reference` is the dense construction, kept as the
-oracle. ``impl="pallas"`` runs the same attention through the Pallas kernel
+value sum are unchanged. A region longer than :data:`REGION_TILE` runs tile pair by tile pair
+under a ``lax.scan`` (an online softmax across its key tiles), so the logits alive at once are one
+tile pair's and stay in cache, and the backward pass recomputes each tile's probabilities from the
+saved log-sum-exp (FlashAttention-2, Dao 2023, Alg. 1 and 2) instead of storing ``T^2 / 2`` of
+them. :func:`mlr_attention_reference` is the dense construction, kept as the oracle.
+``impl="pallas"`` runs the same attention through the Pallas kernel
 :func:`pallas_kernels.mlr_attention` (one flash-attention pass whose QK width varies per tile
 pair); ``impl="auto"`` picks it on GPUs and TPUs under the switch of the other kernels
 (:func:`jaxlab.nn.attention.pallas_ready`) when its tiles fit the finest block, else this path.
@@ -44,6 +48,7 @@ from jaxlab.nn.attention import AttentionImpl, pallas_ready
 
 __all__ = [
     "MLRNormalize",
+    "REGION_TILE",
     "check_mlr",
     "mlr_attention",
     "blockwise_full_attention",
