@@ -26,10 +26,15 @@ Forms. ``recurrent`` is a ``lax.scan`` of :func:`mlstm_step` (the decode step). 
 the S x S decay matrix ``D`` from a masked cumulative sum down each column (``D_ts = sum_{j in
 (s, t]} lf_j``), never as the difference ``L_t - L_s`` of two long cumulative sums, which cancels
 catastrophically once ``|L|`` is large. ``chunkwise`` (the 7B paper's training form, App. A;
-Yang et al. 2024's chunked linear attention) splits S into chunks of ``chunk_size``: a scan over
-chunks carries ``(C, n, m)`` from chunk boundary to chunk boundary, then every chunk's outputs are
-the parallel form inside the chunk plus the carried state's term. Sequences that are not chunk
-multiples are padded with tokens that leave the state unchanged (``i = -1e30``, ``lf = 0``).
+Yang et al. 2024's chunked linear attention) splits S into chunks of ``chunk_size`` and loops over
+them carrying ``(C, n, m)`` from chunk boundary to chunk boundary; each step computes its chunk's
+outputs (the parallel form inside the chunk plus the carried state's term, App. A's second kernel)
+and then the state after the chunk (the first kernel), so no step touches more than one chunk and
+one state. Evaluated, the loop reads each chunk in place and writes its outputs in place (one pass
+over the inputs and one over the outputs, linear in S also once they leave the CPU's caches);
+differentiated, the same steps run as a ``lax.scan`` over chunk-major copies, whose reverse pass
+is linear too (``_chunks``). Sequences that are not chunk multiples are padded with tokens that
+leave the state unchanged (``i = -1e30``, ``lf = 0``).
 ``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
 ``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the same
 switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chunkwise`` elsewhere.
@@ -37,6 +42,7 @@ switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chu
 
 from __future__ import annotations
 
+import functools
 from typing import Literal, NamedTuple
 
 import jax
@@ -173,6 +179,59 @@ def mlstm_parallel(q, k, v, i, f, state: MLSTMState, eps: float = 1e-6):
     return h, _final_state(k, v, i, lf, state)
 
 
+def _chunk(state, q, k, v, i, lf, eps):
+    """One chunk of the chunkwise form from the state before it: its outputs (the intra-chunk
+    parallel form plus the carried state's term, App. A's second kernel) and the state after it
+    (the inter-chunk recurrence, the first kernel)."""
+    h, _ = _parallel_with_state(q, k, v, i, lf, state, eps)
+    return h, _final_state(k, v, i, lf, state)
+
+
+def _chunks_scanned(xs, state, eps):
+    """The chunk loop as a ``lax.scan`` over chunk-major copies of the inputs: the form that is
+    differentiated (its reverse pass returns the inputs' cotangents as the scan's stacked outputs,
+    linear in S). ``xs``: q, k, v, i, lf as ``(B, NH, Nc, L, ...)``; returns h ``(B, NH, Nc, L,
+    Dv)`` and the final state."""
+
+    def body(state, chunk):
+        h, state = _chunk(state, *chunk, eps)
+        return state, h
+
+    final, h_c = jax.lax.scan(body, state, tuple(jnp.moveaxis(x, 2, 0) for x in xs))
+    return jnp.moveaxis(h_c, 0, 2), final
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _chunks(xs, state, eps):
+    """The chunk loop (same arguments and result as :func:`_chunks_scanned`). Evaluated (prefill,
+    evaluation), it is a ``fori_loop`` that slices chunk ``c`` out of the inputs in place and
+    writes its outputs into the result in place: one pass over the inputs and one over the outputs,
+    a working set of one chunk and one state. Emitting every chunk-start state and then processing
+    all chunks at once (Nc x Dqk x Dv floats and several Nc x L x L arrays), or scanning over
+    chunk-major copies, adds passes over S-sized arrays, which cost more per byte once they no
+    longer fit in the cache, so prefill time grows faster than S. Derivatives of any order come
+    from the scanned form (the jvp rule below), which runs the same :func:`_chunk` in the same
+    order."""
+    B, NH, Nc, L = xs[0].shape[:4]
+
+    def body(c, carry):
+        state, h_buf = carry
+        chunk = (jax.lax.dynamic_index_in_dim(x, c, axis=2, keepdims=False) for x in xs)
+        h, state = _chunk(state, *chunk, eps)
+        return state, jax.lax.dynamic_update_index_in_dim(h_buf, h, c, axis=2)
+
+    h_buf = jnp.zeros((B, NH, Nc, L, xs[2].shape[-1]), state.C.dtype)
+    final, h = jax.lax.fori_loop(0, Nc, body, (state, h_buf))
+    return h, final
+
+
+@_chunks.defjvp
+def _chunks_jvp(eps, primals, tangents):
+    # A dynamic slice of a closed-over input in a loop transposes to a full-size accumulation per
+    # chunk (quadratic in S); the scanned form's reverse pass is linear.
+    return jax.jvp(lambda xs, state: _chunks_scanned(xs, state, eps), primals, tangents)
+
+
 def _chunkwise(q, k, v, i, f, state, chunk_size, eps):
     dt = state.C.dtype
     B, NH, S, Dk = q.shape
@@ -187,23 +246,10 @@ def _chunkwise(q, k, v, i, f, state, chunk_size, eps):
         i = jnp.pad(i, widths, constant_values=NEG)
         lf = jnp.pad(lf, widths)
     Nc = (S + pad) // L
-
-    def chunks(x):  # (B, NH, Nc*L, ...) -> (Nc, B, NH, L, ...)
-        return jnp.moveaxis(x.reshape(B, NH, Nc, L, *x.shape[3:]), 2, 0)
-
-    qc, kc, vc, ic, lfc = (chunks(x) for x in (q, k, v, i, lf))
-
-    # Inter-chunk recurrence: the state at every chunk boundary (first kernel of the 7B paper's
-    # App. A). Each chunk's start state is emitted before it is updated.
-    def body(state, xs):
-        k_, v_, i_, lf_ = xs
-        return _final_state(k_, v_, i_, lf_, state), state
-
-    final, starts = jax.lax.scan(body, state, (kc, vc, ic, lfc))
-    # Intra-chunk outputs, all chunks at once (second kernel).
-    h_c, _ = jax.vmap(lambda *a: _parallel_with_state(*a, eps))(qc, kc, vc, ic, lfc, starts)
-    h = jnp.moveaxis(h_c, 0, 2).reshape(B, NH, Nc * L, Dv)[:, :, :S]
-    return h, final
+    # (B, NH, Nc*L, ...) -> (B, NH, Nc, L, ...): a reshape, no copy.
+    xs = tuple(x.reshape(B, NH, Nc, L, *x.shape[3:]) for x in (q, k, v, i, lf))
+    h, final = _chunks(xs, state, eps)
+    return h.reshape(B, NH, Nc * L, Dv)[:, :, :S], final
 
 
 def mlstm(

@@ -109,6 +109,51 @@ def test_gradients_agree_across_forms(x64):
             assert rel_err(g, g_ref) < 1e-9, (form, name)
 
 
+def test_chunkwise_forward_and_reverse_mode_with_a_state_match_the_other_forms(x64):
+    """The chunkwise form runs an in-place chunk loop when evaluated and a scan over the same chunks
+    when differentiated (cell.py, ``_chunks``): its value under ``jax.jvp`` equals the plain call,
+    and its tangents and gradients (initial and final state included, a length off the chunk grid)
+    equal the parallel form's (which the recurrent form's are checked against above)."""
+    args = inputs(13, seed=8)
+    rng = np.random.default_rng(10)
+    state = (
+        rng.normal(size=(B, NH, DK, DV)),
+        rng.normal(size=(B, NH, DK)),
+        rng.normal(size=(B, NH)),
+    )
+    primals = (*args, *state)
+    tangents = tuple(rng.normal(size=np.shape(x)) for x in primals)
+
+    def run(form):
+        def f(q, k, v, i, f_, C, n, m):
+            h, s = mlstm(q, k, v, i, f_, form=form, chunk_size=4, initial_state=(C, n, m),
+                         return_state=True)  # fmt: skip
+            return h, tuple(s)
+
+        return f
+
+    plain = jax.jit(run("chunkwise"))(*primals)
+    cts = jax.tree.map(lambda x: rng.normal(size=x.shape), plain)
+
+    @jax.jit
+    def derivatives(primals, tangents, cts):  # both forms in one compiled function
+        jvps = {form: jax.jvp(run(form), primals, tangents) for form in ("chunkwise", "parallel")}
+        vjps = {form: jax.vjp(run(form), *primals)[1](cts) for form in ("chunkwise", "parallel")}
+        return jvps, vjps
+
+    jvps, vjps = derivatives(primals, tangents, cts)
+    for got, want in zip(
+        jax.tree.leaves(jvps["chunkwise"][0]), jax.tree.leaves(plain), strict=True
+    ):
+        assert rel_err(got, want) < 1e-12
+    for got, want in zip(*(jax.tree.leaves(jvps[f][1]) for f in ("chunkwise", "parallel")),
+                         strict=True):  # fmt: skip
+        assert rel_err(got, want) < 1e-9
+    for name, got, want in zip("qkvifCnm", vjps["chunkwise"], vjps["parallel"], strict=True):
+        assert np.all(np.isfinite(got)), name
+        assert rel_err(got, want) < 1e-9, name
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("split", [5, 8])
 def test_splitting_and_carrying_the_state_reproduces_one_pass(x64, form, split):
