@@ -100,8 +100,9 @@ PRESETS = {
             galore_scale=1.0,
         ),
     ),  # fmt: skip
+    # One layer (the hooks still redraw or merge every map of a block), one eval batch.
     "smoke": lambda: _config(
-        _pair(32, 2, 16, 32),
+        _pair(32, 1, 16, 32),
         TrainConfig(
             steps=20,
             batch_size=8,
@@ -110,7 +111,7 @@ PRESETS = {
             log_every=5,
             eval_every=10,
             checkpoint_every=20,
-            eval_batches=2,
+            eval_batches=1,
             tensorboard=False,
         ),
         SSTConfig(

@@ -230,6 +230,42 @@ def _fwd_kernel(*refs, cfg: _Static):
     reduce_blocks(step, init, finalize, lo=lo, hi=hi, style=cfg.style, scratch=scratch, axis=3)
 
 
+def _side(refs, index, size: int, n: int, cfg: _Static, seg_axis: int):
+    """Block ``index`` (``None``: the program's own block) of one side of a backward tile pair:
+    the first ``n`` chunks of ``refs[0]`` (q̃ or k), then the other refs' blocks (dO, the
+    forward's logsumexp, rowsum(dO ∘ O); or v), and the segment ids, last (None if absent)."""
+    chunked, *rest, seg = refs
+
+    def load(ref, axis=0):
+        return ref[...] if index is None else load_tile(ref, index, size, cfg.style, axis)
+
+    seg = None if seg is None else load(seg, seg_axis)
+    return (_chunks(chunked, index, size, n, cfg), *map(load, rest), seg)
+
+
+def _bwd_tile(cfg: _Static, c: int, queries, keys, q_start, k_start, slope, stream_is_q: bool):
+    """FlashAttention-2 Alg. 2 lines 11-14 for a tile pair of finest level ``c``: the prefix
+    chunks of q̃ and k, the forward's probabilities ``P`` recomputed from its logsumexp, and
+    ``dS = f_c · P ∘ (dO Vᵀ - rowsum(dO ∘ O))``, the tile's logit factor chained into q̃ kᵀ.
+
+    The streamed side's chunks are those dS multiplies into the gradient, so their channels past
+    ``w_c`` are zeroed (the tile adds nothing there); one zeroed operand suffices for the logits.
+    """
+    (q_chunks, do_QD, lse_Q1, delta_Q1, seg_q), (k_chunks, v_KD, seg_k) = queries, keys
+    n = cfg.n_chunks(c)
+    q_c, k_c = q_chunks[:n], k_chunks[:n]
+    if stream_is_q:
+        q_c = _prefix(q_c, c, cfg)
+    else:
+        k_c = _prefix(k_c, c, cfg)
+    s_QK = _logits(q_c, k_c, c, q_start, k_start, seg_q, seg_k, slope, cfg)
+    p_QK = jnp.exp(s_QK - lse_Q1)  # the forward's probabilities, recomputed
+    ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)  # dS = P ∘ (dP - rowsum(dO ∘ O))
+    if cfg.factors[c] != 1.0:
+        ds_QK = ds_QK * cfg.factors[c]
+    return q_c, k_c, p_QK, ds_QK
+
+
 def _dkv_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 2, loop over query blocks: dK (by chunks) and dV of one key block."""
     main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
@@ -238,31 +274,22 @@ def _dkv_kernel(*refs, cfg: _Static):
     h, j = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
     n_all = dk_ref.shape[-1] // cfg.chunk
-    k_chunks = _chunks(k_ref, None, bk, n_all, cfg)
-    v_KD = v_ref[...]
-    seg_k = None if seg_k_ref is None else seg_k_ref[...]
+    keys = _side((k_ref, v_ref, seg_k_ref), None, bk, n_all, cfg, seg_axis=1)
+    q_refs = (q_ref, do_ref, lse_ref, delta_ref, seg_q_ref)
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def tile(c, i, carry):
         *dk, dv_KD = carry
-        n = cfg.n_chunks(c)
-        q_c = _prefix(_chunks(q_ref, i, bq, n, cfg), c, cfg)
-        do_QD = load_tile(do_ref, i, bq, cfg.style)
-        lse_Q1 = load_tile(lse_ref, i, bq, cfg.style)
-        delta_Q1 = load_tile(delta_ref, i, bq, cfg.style)
-        seg_q = None if seg_q_ref is None else load_tile(seg_q_ref, i, bq, cfg.style)
-        s_QK = _logits(q_c, k_chunks[:n], c, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        p_QK = jnp.exp(s_QK - lse_Q1)  # the forward's probabilities, recomputed
+        queries = _side(q_refs, i, bq, cfg.n_chunks(c), cfg, seg_axis=0)
+        q_c, _, p_QK, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, True)
+        do_QD, n = queries[1], len(q_c)
         dv_KD = dv_KD + _dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0))  # Pᵀ dO
-        ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)  # dS = P ∘ (dP - rowsum(dO ∘ O))
-        if cfg.factors[c] != 1.0:
-            ds_QK = ds_QK * cfg.factors[c]  # the tile's logit factor, chained into q̃ kᵀ
         ds_KQ = ds_QK.T.astype(q_c[0].dtype)  # explicit .T: Mosaic
         dk = [acc + _dot(ds_KQ, q_m, (1, 0)) for acc, q_m in zip(dk[:n], q_c, strict=True)] + dk[n:]
         return (*dk, dv_KD)
 
     def init():
-        return (*[jnp.zeros((bk, cfg.chunk), F32)] * n_all, jnp.zeros(v_KD.shape, F32))
+        return (*[jnp.zeros((bk, cfg.chunk), F32)] * n_all, jnp.zeros(keys[1].shape, F32))
 
     def finalize(carry):
         *dk, dv_KD = carry
@@ -283,22 +310,14 @@ def _dq_kernel(*refs, cfg: _Static):
     h, i = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
     n_all = dq_ref.shape[-1] // cfg.chunk
-    q_chunks = _chunks(q_ref, None, bq, n_all, cfg)
-    do_QD, lse_Q1, delta_Q1 = do_ref[...], lse_ref[...], delta_ref[...]
-    seg_q = None if seg_q_ref is None else seg_q_ref[...]
+    q_refs = (q_ref, do_ref, lse_ref, delta_ref, seg_q_ref)
+    queries = _side(q_refs, None, bq, n_all, cfg, seg_axis=0)
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def tile(c, j, carry):
-        n = cfg.n_chunks(c)
-        k_c = _prefix(_chunks(k_ref, j, bk, n, cfg), c, cfg)
-        v_KD = load_tile(v_ref, j, bk, cfg.style)
-        seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
-        s_QK = _logits(q_chunks[:n], k_c, c, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        p_QK = jnp.exp(s_QK - lse_Q1)
-        ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)
-        if cfg.factors[c] != 1.0:
-            ds_QK = ds_QK * cfg.factors[c]
-        ds_QK = ds_QK.astype(k_c[0].dtype)
+        keys = _side((k_ref, v_ref, seg_k_ref), j, bk, cfg.n_chunks(c), cfg, seg_axis=1)
+        _, k_c, _, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, False)
+        ds_QK, n = ds_QK.astype(k_c[0].dtype), len(k_c)
         dq = [acc + _dot(ds_QK, k_m, (1, 0)) for acc, k_m in zip(carry[:n], k_c, strict=True)]
         return (*dq, *carry[n:])
 
