@@ -13,7 +13,15 @@ import shutil
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+    _flags += " --xla_force_host_platform_device_count=8"
+# Compilation dominates the suite's tiny programs, and most of it is LLVM's optimisation of the
+# generated CPU code: level 0 compiles faster and the programs still compute the same values (the
+# tests' tolerances are for reference-vs-fast-path differences, not for code generation).
+# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's default level.
+if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on":
+    if "xla_backend_optimization_level" not in _flags:
+        _flags += " --xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("WANDB_SILENT", "true")
 # run.py turns JAX's persistent compilation cache on in the user's cache directory; tests (and the

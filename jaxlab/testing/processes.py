@@ -61,9 +61,11 @@ def lm_command(workdir: pathlib.Path, *extra: str) -> list[str]:
 
 
 def cpu_env(devices: int, **extra: str) -> dict[str, str]:
-    """This process's environment with ``devices`` simulated CPU devices and ``extra`` set."""
+    """This process's environment with ``devices`` simulated CPU devices and ``extra`` set (its
+    other ``XLA_FLAGS`` kept, so a child compiles as this process does)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", **extra)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    kept = [f for f in env.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    env["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={devices}"])
     return env
 
 
