@@ -25,8 +25,9 @@ a softmax is done by Gumbel-top-k (Kool et al. 2019), which is exact and jit-fri
 ``n_chunks = 1`` with deterministic selection is the independent, per-example top-k of the paper's
 ablation; ``n_chunks = b`` deterministic is a greedy maximisation of the sub-batch learnability.
 
-The scores are raw sums (the paper's pseudocode), not divided by the sub-batch size; a division
-would only change how sharp the softmax is, never the order of the candidates within a chunk.
+The scores are raw sums, not divided by the number of terms (a public adaptation of the pseudocode
+divides): a division would only change how sharp the softmax is, never the order of the candidates
+within a chunk. Where this differs from the paper, and what it was written from: the method README.
 """
 
 from __future__ import annotations
