@@ -58,7 +58,7 @@ def _train_cfg(steps: int, batch: int, lr: float) -> TrainConfig:
 MODEL = CLIPConfig(image_tower="mlp", width=64, depth=2, heads=4, vocab_size=len(VOCAB))
 PRESETS = {
     "default": lambda: Config(
-        model=MODEL, train=_train_cfg(20, 64, 2e-3), reference_train=_train_cfg(300, 64, 2e-3)
+        model=MODEL, train=_train_cfg(80, 64, 2e-3), reference_train=_train_cfg(300, 64, 2e-3)
     ),
     "smoke": lambda: Config(
         model=CLIPConfig(image_tower="mlp", width=16, depth=1, heads=2, vocab_size=len(VOCAB)),

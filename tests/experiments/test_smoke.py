@@ -65,3 +65,19 @@ def test_lm_baseline_smoke_learns_below_unigram_entropy_and_resumes(smoke, tmp_p
     workdir = tmp_path_factory.getbasetemp() / "smoke_lm_baseline"
     assert (workdir / "val_bits_per_byte.png").stat().st_size > 1000
     assert again["resumed_from"] == 60 and again["val_bits_per_byte"] == first["val_bits_per_byte"]
+
+
+def test_drrho_clip_smoke_reports_paired_differences_per_seed(smoke, tmp_path_factory):
+    first, _, _, _ = smoke("drrho_clip")
+    workdir = tmp_path_factory.getbasetemp() / "smoke_drrho_clip"
+    per_seed = json.loads((workdir / "per_seed.json").read_text())
+    assert "jest" in per_seed  # the joint sampler runs in the smoke preset
+    for other in ("reference", "clip", "jest"):
+        want = [d - o for d, o in zip(
+            [r["zero_shot_test"] for r in per_seed["drrho"]],
+            [r["zero_shot_test"] for r in per_seed[other]],
+            strict=True,
+        )]  # fmt: skip
+        got = first["drrho_minus"][other]["zero_shot_test"]
+        assert got["n"] == len(want) and abs(got["mean"] - sum(want) / len(want)) < 1e-12
+        assert first["headline"][f"drrho_minus_{other}"] == got["mean"]

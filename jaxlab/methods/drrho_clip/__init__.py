@@ -2,8 +2,9 @@
 
 See ``README.md`` beside this file for what is implemented and the results measured. ``losses``
 holds the contrastive objectives (CLIP, GCL, DRRho and its surrogate), ``risk`` the general DRRho
-risk for per-example losses, ``distributed`` the sharded losses, ``model`` the towers, ``task`` the
-Task for the shared loop and ``pipeline`` the steps the experiments share.
+risk for per-example losses, ``jest`` the JEST baseline's joint example selection, ``distributed``
+the sharded losses, ``model`` the towers, ``task`` the Task for the shared loop and ``pipeline`` the
+steps the experiments share.
 """
 
 from jaxlab.methods.drrho_clip.losses import clip_loss, drrho_loss, drrho_surrogate, gcl_loss

@@ -7,14 +7,13 @@
   margins subtracted (paper Eq. (9), Sec. 4);
 * ``"kd"`` — CLIP plus ``kd_weight`` × distillation from the reference's similarity rows;
   ``"drrho_kd"`` — DRRho plus the same distillation term (the paper's DRRho + KD, Table 3);
-* ``"jest"`` — JEST-style selection (Evans et al. 2024, simplified): each step draws a super-batch
-  of ``batch / jest_keep`` pairs, scores each pair by learner loss − reference loss (its InfoNCE
-  against the whole super-batch, no gradient), keeps the top ``batch`` pairs and takes a CLIP step
-  on them. JEST proper scores the learnability of the *sub-batch's* contrastive loss, which
-  couples the pairs, and builds the sub-batch in chunks, sampling each chunk (softmax over the
-  scores, without replacement) conditioned on the chunks already chosen. The simplification is
-  one pass of independent scores and a deterministic top-k: one forward of the super-batch, no
-  sequential chunk loop, and the same pair always wins against the same super-batch (tested).
+* ``"jest"`` — joint example selection (Evans et al. 2024, :mod:`.jest`): each step draws a
+  super-batch of ``batch / jest_keep`` pairs, scores the learnability of sub-batches by the
+  learner's minus the reference's sigmoid-contrastive pair losses (no gradient), builds the
+  sub-batch of ``batch`` pairs in ``jest_chunks`` chunks, each sampled without replacement from the
+  softmax of the conditional learnability given the chunks already chosen (``jest_sampling="top"``:
+  the top ones), and takes a CLIP step on it. ``jest_chunks=1`` is the paper's independent
+  (per-example) selection, an ablation.
 
 The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
 never differentiated: either its embeddings of every training pair, computed once
@@ -49,6 +48,7 @@ from jaxlab.core.step import create_state, merge_state
 from jaxlab.data.batching import index_batch_dataset
 from jaxlab.data.captions import CaptionPairs, zero_shot_prompts
 from jaxlab.methods.drrho_clip import distributed as D
+from jaxlab.methods.drrho_clip import jest as J
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 
@@ -68,7 +68,10 @@ class LossConfig:
     gamma: float = 1.0  # moving-average rate of u; 1 = the batch estimate (paper: 1)
     kd_weight: float = 1.0
     ref_tau: float = 0.05  # the reference's temperature in the distillation targets
-    jest_keep: float = 0.5  # fraction of the super-batch JEST keeps
+    jest_keep: float = 0.5  # fraction of the super-batch JEST keeps (paper: 0.5 to 0.1)
+    jest_chunks: int = 16  # chunks the kept sub-batch is sampled in (paper: 16)
+    jest_sampling: Literal["softmax", "top"] = "softmax"  # "top": deterministic chunks
+    jest_bias: float = -10.0  # b of the sigmoid scoring loss (SigLIP's initial bias)
     reference_mode: Literal["cached", "online"] = "cached"
 
     def __post_init__(self) -> None:
@@ -81,6 +84,11 @@ class LossConfig:
         check(self.eps >= 0, "loss.eps must be >= 0")
         check(0 < self.gamma <= 1, f"loss.gamma must be in (0, 1], got {self.gamma}")
         check(0 < self.jest_keep <= 1, f"loss.jest_keep must be in (0, 1], got {self.jest_keep}")
+        check(self.jest_chunks >= 1, f"loss.jest_chunks must be >= 1, got {self.jest_chunks}")
+        check(
+            self.jest_sampling in ("softmax", "top"),
+            f"loss.jest_sampling must be 'softmax' or 'top', got {self.jest_sampling!r}",
+        )
         check(
             self.reference_mode in ("cached", "online"),
             "loss.reference_mode must be 'cached' or 'online'",
@@ -186,7 +194,7 @@ class CLIPTask:
             }
             return metrics["loss"], metrics, task_state
         if c.objective == "jest":
-            batch = self._jest_select(model, batch, task_state)
+            batch = self._jest_select(model, batch, key, task_state)
         img, txt = model(batch["image"], batch["tokens"])
         ref = self._reference_embeddings(batch, task_state) if self.reference is not None else None
         tables = task_state["tables"]
@@ -223,15 +231,16 @@ class CLIPTask:
         )
         return objective, metrics, {**task_state, "tables": tables}
 
-    def _jest_select(self, model, batch, task_state):
-        """Keeps the super-batch's top pairs by learnability = learner − reference InfoNCE."""
-        n_keep = round(batch["index"].shape[0] * self.loss_cfg.jest_keep)
+    def _jest_select(self, model, batch, key, task_state):
+        """The sub-batch JEST keeps from the super-batch ``batch`` (:func:`.jest.joint_select`)."""
+        c = self.loss_cfg
+        n_keep = round(batch["index"].shape[0] * c.jest_keep)
         img, txt = model(batch["image"], batch["tokens"])
-        learner = L.per_pair_clip_loss(img, txt, tau=self.loss_cfg.tau)
         ref_img, ref_txt = self._reference_embeddings(batch, task_state)
-        reference = L.per_pair_clip_loss(ref_img, ref_txt, tau=self.loss_cfg.tau)
-        _, top = jax.lax.top_k(jax.lax.stop_gradient(learner - reference), n_keep)
-        return {name: x[top] for name, x in batch.items()}
+        scores = J.learnability_matrix(img, txt, ref_img, ref_txt, tau=c.tau, bias=c.jest_bias)
+        key = jax.random.fold_in(key, 1) if c.jest_sampling == "softmax" else None
+        chosen = J.joint_select(scores, n_keep, n_chunks=c.jest_chunks, key=key)
+        return {name: x[chosen] for name, x in batch.items()}
 
     def _dataset(self, pairs: CaptionPairs, batch_size: int, seed: int, shuffle: bool):
         images, tokens, labels = pairs.images, pairs.tokens, pairs.labels

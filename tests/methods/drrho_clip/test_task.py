@@ -13,7 +13,6 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import AxisRules, MeshConfig, global_batch, make_mesh
 from jaxlab.core.step import create_state, make_train_step, merge_state, split_state
 from jaxlab.data.captions import VOCAB, make_caption_pairs
-from jaxlab.methods.drrho_clip.losses import per_pair_clip_loss
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 from jaxlab.methods.drrho_clip.task import CLIPTask, LossConfig, embed_pairs, restore_model
 
@@ -69,7 +68,7 @@ def stepped(data, reference):
 
     def get(objective):
         if objective not in cache:
-            loss = LossConfig(objective=objective, gamma=0.5)
+            loss = LossConfig(objective=objective, gamma=0.5, jest_chunks=4)
             task = CLIPTask(MLP, loss, *data, reference=reference)
             cache[objective] = (task, *_step(task))
         return cache[objective]
@@ -141,23 +140,43 @@ def test_task_step_on_eight_devices_equals_one(stepped):
     )
 
 
-def test_jest_keeps_the_most_learnable_pairs(data, reference):
-    task = CLIPTask(MLP, LossConfig(objective="jest", jest_keep=0.5), *data, reference=reference)
-    assert next(task.train_iterator(B, 0))["index"].shape == (2 * B,)
+def _np_own_pair_learnability(model, reference, batch, tau, bias):
+    """Each pair's own sigmoid loss, learner − reference, in float64 numpy (JEST's marginal)."""
+
+    def own(m):
+        img, txt = (np.float64(x) for x in m(batch["image"], batch["tokens"]))
+        return np.logaddexp(0.0, -(np.sum(img * txt, axis=1) / tau + bias))
+
+    return own(model) - own(reference)
+
+
+def test_jest_selects_from_the_super_batch_without_reference_gradients(data, reference):
     model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    top = LossConfig(objective="jest", jest_keep=0.5, jest_chunks=1, jest_sampling="top")
+    task = CLIPTask(MLP, top, *data, reference=reference)
+    assert next(task.train_iterator(B, 0))["index"].shape == (2 * B,)
     batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 0)).items()}
-
-    @jax.jit
-    def select_and_score(batch):
-        kept = task._jest_select(model, batch, task.init_task_state(None))
-        learner = per_pair_clip_loss(*model(batch["image"], batch["tokens"]), tau=0.05)
-        ref = per_pair_clip_loss(*reference(batch["image"], batch["tokens"]), tau=0.05)
-        return kept["index"], learner - ref
-
-    kept, score = map(np.asarray, select_and_score(batch))
-    assert kept.shape == (B,)
+    state = task.init_task_state(None)
+    kept = jax.jit(lambda b: task._jest_select(model, b, jax.random.key(0), state))(batch)
+    # one deterministic chunk: the independent top-B of the pairs' own learnability
+    score = _np_own_pair_learnability(model, reference, batch, top.tau, top.jest_bias)
     want = set(np.asarray(batch["index"])[np.argsort(-score)[:B]].tolist())
-    assert set(kept.tolist()) == want
+    assert set(np.asarray(kept["index"]).tolist()) == want
+    # the joint sampler (4 chunks, softmax): B distinct pairs of the super-batch, and the
+    # objective sends no gradient to the reference's cached embeddings
+    task = CLIPTask(MLP, LossConfig(objective="jest", jest_chunks=4), *data, reference=reference)
+    state = task.init_task_state(None)
+
+    def objective(ref_img, ref_txt):
+        ts = {**state, "ref_img": ref_img, "ref_txt": ref_txt}
+        return task.loss(model, batch, jax.random.key(3), ts)[0]
+
+    g_img, g_txt = jax.jit(jax.grad(objective, argnums=(0, 1)))(state["ref_img"], state["ref_txt"])
+    np.testing.assert_array_equal(g_img, 0)
+    np.testing.assert_array_equal(g_txt, 0)
+    kept = task._jest_select(model, batch, jax.random.key(3), state)["index"]
+    assert len(set(np.asarray(kept).tolist())) == B
+    assert set(np.asarray(kept).tolist()) <= set(np.asarray(batch["index"]).tolist())
 
 
 def test_objectives_needing_a_reference_refuse_without_one(data):
