@@ -55,7 +55,7 @@ class Config:
     ranks: tuple[int, ...] = (32, 8, 6, 4, 4, 4, 4, 2)  # head dim 64, the paper's LM ranks
     normalize: str = "block_levels"
     repeats: int = 9
-    tile: int = REGION_TILE  # queries and keys per step of the blockwise path (MLR and MHA alike)
+    tile: int = REGION_TILE  # logits per head of one blockwise step (MLR and MHA alike)
     dense_reference: bool = True  # also time the authors'-style dense construction
 
     def __post_init__(self) -> None:

@@ -20,11 +20,11 @@ normalisation is one number (``1``, ``1/L`` or ``1/(c + 1)``). The regions parti
 so one softmax over all of a query's keys is a log-sum-exp merge of per-region partial results
 (the running max and sum of FlashAttention, Dao 2023). The QK work is then
 ``sum_l r_l 2^-l / sum_l r_l`` of full attention's (:func:`mlr_qk_flop_ratio`); softmax and the
-value sum are unchanged. A region longer than :data:`REGION_TILE` runs tile pair by tile pair
-under a ``lax.scan`` (an online softmax across its key tiles), so the logits alive at once are one
-tile pair's and stay in cache, and the backward pass recomputes each tile's probabilities from the
-saved log-sum-exp (FlashAttention-2, Dao 2023, Alg. 1 and 2) instead of storing ``T^2 / 2`` of
-them. :func:`mlr_attention_reference` is the dense construction, kept as the oracle.
+value sum are unchanged. A region runs a few query rows of its blocks at a time against all their
+keys (``lax.map`` / ``lax.scan`` steps of about :data:`REGION_TILE` logits per head), so the logits
+alive at once stay in cache, and the backward pass recomputes each step's probabilities from the
+saved log-sum-exp (FlashAttention-2, Dao 2023, Alg. 2) instead of storing ``T^2 / 2`` of them.
+:func:`mlr_attention_reference` is the dense construction, kept as the oracle.
 ``impl="pallas"`` runs the same attention through the Pallas kernel
 :func:`pallas_kernels.mlr_attention` (one flash-attention pass whose QK width varies per tile
 pair); ``impl="auto"`` picks it on GPUs and TPUs under the switch of the other kernels
@@ -132,17 +132,10 @@ def _pick(x, *, n: int, last: bool, causal: bool, side: str):
     return x.reshape(x.shape[0], -1, *x.shape[3:])
 
 
-# Regions longer than this are computed tile by tile (an online softmax over key tiles), so the
-# logits of one step stay in cache; shorter regions are one step. See :func:`_blockwise`.
-REGION_TILE = 256
-
-
-def _tile_pairs(nq: int, nk: int, diagonal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Static (query tile, key tile) indices of a region; on a causal diagonal block only the
-    pairs with key tile <= query tile (the others are masked whole)."""
-    i, j = np.meshgrid(np.arange(nq), np.arange(nk), indexing="ij")
-    keep = j <= i if diagonal else np.ones_like(i, bool)
-    return i[keep].astype(np.int32), j[keep].astype(np.int32)
+# Logits per (batch row, head) that one step of a region computes: a region runs this many // (n K)
+# query rows of its n blocks at a time against all their K keys, so a step's logits stay in cache
+# (256 Ki: 128 rows of the 2048 keys of every region at T = 4096). See :func:`_blockwise`.
+REGION_TILE = 2**18
 
 
 def _pad_axis(x, axis: int, amount: int, value):
@@ -154,8 +147,8 @@ def _pad_axis(x, axis: int, amount: int, value):
 
 
 class _Region:
-    """One region of the blockwise form in head-major tiles: ``n`` blocks of ``Q`` queries
-    against ``K`` keys (padded to tile multiples), the views of its inputs and its masks.
+    """One region of the blockwise form, head-major: ``n`` blocks of ``Q`` queries against ``K``
+    keys, run ``rows`` queries of every block at a time (``Q`` padded to a multiple of it).
 
     ``pick_q`` / ``pick_k`` map ``(B, T, ...)`` arrays to the ``(B, n, Q | K, ...)`` views the
     region sees (:func:`_pick`); their linear transposes carry gradients back."""
@@ -166,52 +159,59 @@ class _Region:
         self.pick_q = functools.partial(_pick, n=n, last=self.last, causal=causal, side="q")
         self.pick_k = functools.partial(_pick, n=n, last=self.last, causal=causal, side="k")
         pos = jnp.arange(T)[None]
-        self.q_pos, self.k_pos = self.pick_q(pos)[0], self.pick_k(pos)[0]  # (n, Q), (n, K)
-        self.Q, self.K = self.q_pos.shape[1], self.k_pos.shape[1]
-        self.tq, self.tk = min(self.Q, tile), min(self.K, tile)
-        self.nq, self.nk = -(-self.Q // self.tq), -(-self.K // self.tk)
-        self.pad_q, self.pad_k = self.nq * self.tq - self.Q, self.nk * self.tk - self.K
+        q_pos, self.k_pos = self.pick_q(pos)[0], self.pick_k(pos)[0]  # (n, Q), (n, K)
+        self.Q, self.K = q_pos.shape[1], self.k_pos.shape[1]
+        self.rows = max(1, min(self.Q, tile // (n * self.K)))
+        self.steps = -(-self.Q // self.rows)
+        self.pad = self.steps * self.rows - self.Q
+        self.q_pos = _pad_axis(q_pos, 1, self.pad, 0)
         self.causal_mask = causal and self.last
-        diagonal = self.causal_mask and self.tq == self.tk
-        self.pairs = _tile_pairs(self.nq, self.nk, diagonal)
-        seg = lambda pick, pad, fill: _pad_axis(pick(segment_ids), 2, pad, fill)
-        self.seg_q = None if segment_ids is None else seg(self.pick_q, self.pad_q, -1)
-        self.seg_k = None if segment_ids is None else seg(self.pick_k, self.pad_k, -2)
+        self.seg_q = None if segment_ids is None else self.rows_first(self.pick_q(segment_ids), -1)
+        self.seg_k = None if segment_ids is None else self.pick_k(segment_ids)
         self.slopes = slopes
-        self.q_pos_p = _pad_axis(self.q_pos, 1, self.pad_q, 0)
-        self.k_pos_p = _pad_axis(self.k_pos, 1, self.pad_k, 0)
-        self.k_valid = _pad_axis(jnp.ones(self.K, bool), 0, self.pad_k, False)
 
-    def heads_first(self, x_BNQH, pad: int, value=0.0):
-        """``(B, n, Q, H, ...)`` -> ``(B, n, H, Q + pad, ...)``."""
-        return _pad_axis(jnp.moveaxis(x_BNQH, 3, 2), 3, pad, value)
+    def rows_first(self, x_BNQ, value=0.0):
+        """``(B, n, Q, ...)`` -> ``(steps, B, n, rows, ...)``: the region's query steps."""
+        x = _pad_axis(x_BNQ, 2, self.pad, value)
+        x = x.reshape(*x.shape[:2], self.steps, self.rows, *x.shape[3:])
+        return jnp.moveaxis(x, 2, 0)
 
-    def tile_masks(self, i, j):
-        """``keep`` (or None) and ALiBi ``bias`` (or None) of query tile ``i`` against key tile
-        ``j``, broadcastable to ``(B, n, H, tq, tk)``."""
-        sl = lambda x, t, idx, axis: jax.lax.dynamic_slice_in_dim(x, idx * t, t, axis)
-        q_pos, k_pos = sl(self.q_pos_p, self.tq, i, 1), sl(self.k_pos_p, self.tk, j, 1)
+    def queries(self, x_BNQH, value=0.0):
+        """``(B, n, Q, H, ...)`` -> ``(steps, B, n, H, rows, ...)`` (padded with ``value``)."""
+        x = _pad_axis(jnp.moveaxis(x_BNQH, 3, 2), 3, self.pad, value)
+        x = x.reshape(*x.shape[:3], self.steps, self.rows, *x.shape[4:])
+        return jnp.moveaxis(x, 3, 0)
+
+    def keys(self, x_BNKH):
+        """``(B, n, K, H, ...)`` -> ``(B, n, H, K, ...)``."""
+        return jnp.moveaxis(x_BNKH, 3, 2)
+
+    def unqueries(self, x):
+        """Inverse of :meth:`queries` for ``(steps, B, n, H, rows, ...)``, padding dropped."""
+        x = jnp.moveaxis(x, 0, 3)  # (B, n, H, steps, rows, ...)
+        x = x.reshape(*x.shape[:3], self.steps * self.rows, *x.shape[5:])[:, :, :, : self.Q]
+        return jnp.moveaxis(x, 2, 3)  # (B, n, Q, H, ...)
+
+    def masks(self, q_pos, seg_q):
+        """``keep`` (or None) and ALiBi ``bias`` (or None) of one step's queries (positions
+        ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, K)``."""
         keep = None
-        if self.pad_k:
-            keep = sl(self.k_valid, self.tk, j, 0)[None, None, None, None, :]
         if self.causal_mask:
-            c = (q_pos[:, :, None] >= k_pos[:, None, :])[None, :, None]
-            keep = c if keep is None else keep & c
-        if self.seg_q is not None:
-            sq, sk = sl(self.seg_q, self.tq, i, 2), sl(self.seg_k, self.tk, j, 2)
-            same = (sq[:, :, :, None] == sk[:, :, None, :])[:, :, None]
+            keep = (q_pos[:, :, None] >= self.k_pos[:, None, :])[None, :, None]
+        if seg_q is not None:
+            same = (seg_q[:, :, :, None] == self.seg_k[:, :, None, :])[:, :, None]
             keep = same if keep is None else keep & same
         bias = None
         if self.slopes is not None:
-            dist = jnp.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(jnp.float32)
+            dist = jnp.abs(q_pos[:, :, None] - self.k_pos[:, None, :]).astype(jnp.float32)
             bias = -self.slopes.astype(jnp.float32)[None, None, :, None, None] * dist[None, :, None]
         return keep, bias
 
 
-def _tile_logits(region, q_t, k_t, i, j):
-    """Masked logits ``(B, n, H, tq, tk)`` of one tile pair and its ``keep`` mask (or None)."""
-    s = jnp.einsum("bnhqw,bnhkw->bnhqk", q_t, k_t, preferred_element_type=jnp.float32)
-    keep, bias = region.tile_masks(i, j)
+def _step_logits(region, q_t, k, q_pos, seg_q):
+    """Masked logits ``(B, n, H, rows, K)`` of one step's queries and their ``keep`` mask."""
+    s = jnp.einsum("bnhqw,bnhkw->bnhqk", q_t, k, preferred_element_type=jnp.float32)
+    keep, bias = region.masks(q_pos, seg_q)
     if bias is not None:
         s = s + bias
     if keep is not None:
@@ -219,53 +219,36 @@ def _tile_logits(region, q_t, k_t, i, j):
     return s, keep
 
 
-def _scan_pairs(step, carry, pairs):
-    """Runs ``step`` over a region's tile pairs: one call for one pair, else a ``lax.scan``."""
-    if len(pairs[0]) == 1:
-        return step(carry, (jnp.int32(pairs[0][0]), jnp.int32(pairs[1][0])))[0]
-    return jax.lax.scan(step, carry, (jnp.asarray(pairs[0]), jnp.asarray(pairs[1])))[0]
-
-
-def _slice(x, t, idx, axis=3):
-    return jax.lax.dynamic_slice_in_dim(x, idx * t, t, axis)
-
-
-def _update(x, y, t, idx, axis=3):
-    return jax.lax.dynamic_update_slice_in_dim(x, y, idx * t, axis)
+def _step_inputs(region):
+    """The per-step positions and segment ids of a region's queries (scan inputs)."""
+    q_pos = jnp.moveaxis(region.q_pos.reshape(-1, region.steps, region.rows), 1, 0)
+    return q_pos, region.seg_q
 
 
 def _region_forward(region, q_c, k_w, v):
-    """Partial softmax of one region (FlashAttention-2 Alg. 1, Dao 2023, tile by tile): running
-    max ``m``, sum ``z`` and unnormalised output ``o`` of each query over the region's keys only,
-    as ``(B, n, Q, H)``, ``(B, n, Q, H)``, ``(B, n, Q, H, Dv)``."""
+    """Partial softmax of one region: max ``m``, sum ``z`` and unnormalised output ``o`` of each
+    query over the region's keys only, as ``(B, n, Q, H)``, ``(B, n, Q, H)``, ``(B, n, Q, H,
+    Dv)``; ``rows`` queries of every block per step of a ``lax.map``."""
     r = region
-    q = r.heads_first(r.pick_q(q_c), r.pad_q)
-    k = r.heads_first(r.pick_k(k_w), r.pad_k)
-    v = r.heads_first(r.pick_k(v), r.pad_k)
-    B, n, H, Qp = q.shape[:4]
-    m0 = jnp.full((B, n, H, Qp), _MASK_VALUE, jnp.float32)
-    o0 = jnp.zeros((B, n, H, Qp, v.shape[-1]), jnp.float32)
+    k, v = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
+    q_pos, seg_q = _step_inputs(r)
 
-    def step(carry, ij):
-        m, z, o = carry
-        i, j = ij
-        s, keep = _tile_logits(r, _slice(q, r.tq, i), _slice(k, r.tk, j), i, j)
-        m_old, z_old, o_old = _slice(m, r.tq, i), _slice(z, r.tq, i), _slice(o, r.tq, i)
-        m_new = jnp.maximum(m_old, s.max(-1))
-        p = jnp.exp(s - m_new[..., None])
+    def step(xs):
+        q_t, pos, seg = xs
+        s, keep = _step_logits(r, q_t, k, pos, seg)
+        m = s.max(-1)
+        p = jnp.exp(s - m[..., None])
         if keep is not None:
             p = jnp.where(keep, p, 0.0)
-        corr = jnp.exp(m_old - m_new)
-        pv = jnp.einsum("bnhqk,bnhkd->bnhqd", p.astype(v.dtype), _slice(v, r.tk, j),
-                        preferred_element_type=jnp.float32)  # fmt: skip
-        z_new = corr * z_old + p.sum(-1)
-        o_new = corr[..., None] * o_old + pv
-        return (_update(m, m_new, r.tq, i), _update(z, z_new, r.tq, i),
-                _update(o, o_new, r.tq, i)), None  # fmt: skip
+        o = jnp.einsum("bnhqk,bnhkd->bnhqd", p.astype(v.dtype), v,
+                       preferred_element_type=jnp.float32)  # fmt: skip
+        return m, p.sum(-1), o
 
-    m, z, o = _scan_pairs(step, (m0, jnp.zeros_like(m0), o0), r.pairs)
-    back = lambda x: jnp.moveaxis(x[:, :, :, : r.Q], 2, 3)
-    return back(m), back(z), back(o)
+    xs = (r.queries(r.pick_q(q_c)), q_pos, seg_q)
+    m, z, o = step(jax.tree.map(lambda x: x[0], xs)) if r.steps == 1 else jax.lax.map(step, xs)
+    if r.steps == 1:
+        m, z, o = (x[None] for x in (m, z, o))
+    return r.unqueries(m), r.unqueries(z), r.unqueries(o)
 
 
 def _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
@@ -297,10 +280,11 @@ def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods=1, tile=REG
     """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
     pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
     docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
-    scored). Each region runs tile by tile (``tile`` queries x ``tile`` keys a step, an online
-    softmax across key tiles), and the regions merge by their log-sum-exp, so the logits held
-    at once are one tile pair's, not a region's. The backward pass is FlashAttention-2's Alg. 2
-    (Dao 2023) per region, recomputing each tile's probabilities from the saved log-sum-exp.
+    scored). Each region runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks at a time
+    against all their ``K`` keys (a softmax per step, no carry), and the regions merge by their
+    log-sum-exp, so the logits held at once are about ``tile`` per head, not a region's. The
+    backward pass is FlashAttention-2's Alg. 2 (Dao 2023) per region, recomputing each step's
+    probabilities from the saved log-sum-exp.
     Returns ``(B, T, H, Dv)``."""
     return _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile)[0]
 
@@ -312,41 +296,35 @@ def _blockwise_fwd(q_regions, k, v, segment_ids, slopes, causal, periods, tile):
 
 def _region_backward(region, q_c, k_w, v, do, lse, delta):
     """Gradients of one region's queries, keys (first ``w`` channels) and values, in the
-    ``(B, T, H, ...)`` layout of the inputs (FlashAttention-2 Alg. 2, tile by tile)."""
+    ``(B, T, H, ...)`` layout of the inputs (FlashAttention-2 Alg. 2 with the probabilities
+    recomputed from the saved log-sum-exp, ``rows`` queries of every block per scan step)."""
     r = region
     big = -_MASK_VALUE  # padded queries: p = exp(s - big) = 0
-    q = r.heads_first(r.pick_q(q_c), r.pad_q)
-    k = r.heads_first(r.pick_k(k_w), r.pad_k)
-    vv = r.heads_first(r.pick_k(v), r.pad_k)
-    do_ = r.heads_first(r.pick_q(do), r.pad_q)
-    lse_ = r.heads_first(r.pick_q(lse), r.pad_q, big)
-    delta_ = r.heads_first(r.pick_q(delta), r.pad_q)
+    k, vv = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
+    q_pos, seg_q = _step_inputs(r)
     f32 = dict(preferred_element_type=jnp.float32)
 
-    def step(carry, ij):
-        dq, dk, dv = carry
-        i, j = ij
-        q_t, k_t, v_t = _slice(q, r.tq, i), _slice(k, r.tk, j), _slice(vv, r.tk, j)
-        do_t = _slice(do_, r.tq, i)
-        s, keep = _tile_logits(r, q_t, k_t, i, j)
-        p = jnp.exp(s - _slice(lse_, r.tq, i)[..., None])
+    def step(carry, xs):
+        dk, dv = carry
+        q_t, do_t, lse_t, delta_t, pos, seg = xs
+        s, keep = _step_logits(r, q_t, k, pos, seg)
+        p = jnp.exp(s - lse_t[..., None])
         if keep is not None:
             p = jnp.where(keep, p, 0.0)
-        dv_t = jnp.einsum("bnhqk,bnhqd->bnhkd", p.astype(do_t.dtype), do_t, **f32)
-        dp = jnp.einsum("bnhqd,bnhkd->bnhqk", do_t, v_t, **f32)
-        ds = p * (dp - _slice(delta_, r.tq, i)[..., None])
-        dq_t = jnp.einsum("bnhqk,bnhkw->bnhqw", ds.astype(k_t.dtype), k_t, **f32)
-        dk_t = jnp.einsum("bnhqk,bnhqw->bnhkw", ds.astype(q_t.dtype), q_t, **f32)
-        return (_update(dq, _slice(dq, r.tq, i) + dq_t, r.tq, i),
-                _update(dk, _slice(dk, r.tk, j) + dk_t, r.tk, j),
-                _update(dv, _slice(dv, r.tk, j) + dv_t, r.tk, j)), None  # fmt: skip
+        dv = dv + jnp.einsum("bnhqk,bnhqd->bnhkd", p.astype(do_t.dtype), do_t, **f32)
+        dp = jnp.einsum("bnhqd,bnhkd->bnhqk", do_t, vv, **f32)
+        ds = p * (dp - delta_t[..., None])
+        dq_t = jnp.einsum("bnhqk,bnhkw->bnhqw", ds.astype(k.dtype), k, **f32)
+        dk = dk + jnp.einsum("bnhqk,bnhqw->bnhkw", ds.astype(q_t.dtype), q_t, **f32)
+        return (dk, dv), dq_t
 
+    xs = (r.queries(r.pick_q(q_c)), r.queries(r.pick_q(do)), r.queries(r.pick_q(lse), big),
+          r.queries(r.pick_q(delta)), q_pos, seg_q)  # fmt: skip
     zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
-    dq, dk, dv = _scan_pairs(step, (zeros(q), zeros(k), zeros(vv)), r.pairs)
-    back = lambda x, n: jnp.moveaxis(x[:, :, :, :n], 2, 3)
+    (dk, dv), dq = jax.lax.scan(step, (zeros(k), zeros(vv)), xs)
     unpick = lambda pick, x, g: jax.linear_transpose(pick, x)(g.astype(x.dtype))[0]
-    return (unpick(r.pick_q, q_c, back(dq, r.Q)), unpick(r.pick_k, k_w, back(dk, r.K)),
-            unpick(r.pick_k, v, back(dv, r.K)))  # fmt: skip
+    return (unpick(r.pick_q, q_c, r.unqueries(dq)), unpick(r.pick_k, k_w, jnp.moveaxis(dk, 2, 3)),
+            unpick(r.pick_k, v, jnp.moveaxis(dv, 2, 3)))  # fmt: skip
 
 
 def _blockwise_bwd(causal, periods, tile, residuals, do):
@@ -414,8 +392,9 @@ def mlr_attention(
         ``"pallas"`` the Pallas kernel, ``"auto"`` the kernel where
         :func:`~jaxlab.nn.attention.pallas_ready` says so and its tiles fit the finest block (else
         the blockwise XLA path), any other the blockwise XLA path.
-      tile: queries and keys per step of the blockwise XLA path: a region longer than this runs
-        tile pair by tile pair with an online softmax (results do not depend on it).
+      tile: logits per (row, head) that one step of the blockwise XLA path computes: each region
+        runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks of ``K`` keys at a time
+        (results do not depend on it).
 
     Raises:
       ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
@@ -478,7 +457,7 @@ def blockwise_full_attention(
 
 def _check_tile(tile) -> None:
     if not isinstance(tile, int | np.integer) or isinstance(tile, bool) or tile < 1:
-        raise ConfigError(f"mlr_attention: tile={tile!r} must be a positive int (default 256)")
+        raise ConfigError(f"mlr_attention: tile={tile!r} must be a positive int (default 2**18)")
 
 
 def _check_qkv(q, k, v, segment_ids, slopes):

@@ -161,10 +161,11 @@ def test_gradients_match_the_dense_reference(normalize):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("tile", [3, 4])
-def test_tile_by_tile_regions_match_numpy(tile, causal):
-    """Regions longer than ``tile`` run tile pair by tile pair (tile 3 pads every region, tile 4
-    divides them), with segments and ALiBi: the same attention as the numpy oracle."""
+@pytest.mark.parametrize("tile", [48, 64])
+def test_regions_run_in_steps_match_numpy(tile, causal):
+    """Regions run a few query rows at a time (``tile`` 48: 3 rows of the coarse regions' 16 keys,
+    padding every one of them, 1 row of the finest; 64: 4 rows, dividing them), with segments and
+    ALiBi: the same attention as the numpy oracle."""
     q, k, v = _qkv(10, T=32)
     seg = jnp.array([[1] * 13 + [2] * 19, [4] * 32])
     slopes = alibi_slopes(2)
@@ -177,8 +178,8 @@ def test_tile_by_tile_regions_match_numpy(tile, causal):
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
-def test_tile_by_tile_gradients_match_the_dense_reference():
-    """The backward pass (per region, recomputed from the saved log-sum-exp) on padded tiles."""
+def test_stepped_gradients_match_the_dense_reference():
+    """The backward pass (per region, recomputed from the saved log-sum-exp) on padded steps."""
     q, k, v = _qkv(11, T=32)
     seg = jnp.array([[1] * 20 + [2] * 12, [1] * 32])
     w = jax.random.normal(jax.random.key(12), v.shape)
@@ -187,23 +188,23 @@ def test_tile_by_tile_gradients_match_the_dense_reference():
     def loss(fn, **extra):
         return lambda q_, k_, v_: jnp.sum(w * fn(q_, k_, v_, **kw, **extra))
 
-    got = jax.jit(jax.grad(loss(mlr_attention, tile=3), argnums=(0, 1, 2)))(q, k, v)
+    got = jax.jit(jax.grad(loss(mlr_attention, tile=48), argnums=(0, 1, 2)))(q, k, v)
     want = jax.jit(jax.grad(loss(mlr_attention_reference), argnums=(0, 1, 2)))(q, k, v)
     for g, r in zip(got, want, strict=True):
         np.testing.assert_allclose(g, r, atol=2e-5, rtol=2e-5)
 
 
-def test_tiled_full_attention_and_repeated_blocks():
-    """One level (a causal diagonal region: only key tiles at or below the query tile) and
-    level-0 blocks that repeat past ``block_len``, both tile by tile."""
+def test_stepped_full_attention_and_repeated_blocks():
+    """One level (a causal diagonal region, one query row a step) and level-0 blocks that repeat
+    past ``block_len``, both in steps."""
     q, k, v = _qkv(13, T=32, Dv=8)
     want = dot_product_attention(q, k, v, causal=True, impl="xla")
     for levels in (1, 3):
-        got = jax.jit(functools.partial(blockwise_full_attention, num_levels=levels, tile=3))
+        got = jax.jit(functools.partial(blockwise_full_attention, num_levels=levels, tile=48))
         np.testing.assert_allclose(got(q, k, v), want, atol=2e-6)
-    full = jax.jit(functools.partial(mlr_attention, ranks=RANKS, tile=3))(q, k, v)
+    full = jax.jit(functools.partial(mlr_attention, ranks=RANKS, tile=48))(q, k, v)
     twice = [jnp.concatenate([a, a], axis=1) for a in (q, k, v)]
-    rep = jax.jit(functools.partial(mlr_attention, ranks=RANKS, block_len=32, tile=3))(*twice)
+    rep = jax.jit(functools.partial(mlr_attention, ranks=RANKS, block_len=32, tile=48))(*twice)
     np.testing.assert_allclose(rep[:, 32:], full, atol=2e-6)
     with pytest.raises(ConfigError, match="tile"):
         mlr_attention(q, k, v, ranks=RANKS, tile=0)
