@@ -192,26 +192,40 @@ class _Region:
         x = x.reshape(*x.shape[:3], self.steps * self.rows, *x.shape[5:])[:, :, :, : self.Q]
         return jnp.moveaxis(x, 2, 3)  # (B, n, Q, H, ...)
 
-    def masks(self, q_pos, seg_q):
+    def masks(self, q_pos, seg_q, keys_first=False):
         """``keep`` (or None) and ALiBi ``bias`` (or None) of one step's queries (positions
-        ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, K)``."""
+        ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, K)``, or to
+        ``(B, n, H, K, rows)`` with ``keys_first``."""
+
+        def pair(x_q, x_k):  # (..., n, rows) and (..., n, K) -> broadcastable (..., n, 1, ., .)
+            if keys_first:
+                x_q, x_k = x_q[..., None, None, :], x_k[..., None, :, None]
+            else:
+                x_q, x_k = x_q[..., None, :, None], x_k[..., None, None, :]
+            return x_q, x_k
+
         keep = None
         if self.causal_mask:
-            keep = (q_pos[:, :, None] >= self.k_pos[:, None, :])[None, :, None]
+            q_b, k_b = pair(q_pos, self.k_pos)
+            keep = (q_b >= k_b)[None]
         if seg_q is not None:
-            same = (seg_q[:, :, :, None] == self.seg_k[:, :, None, :])[:, :, None]
-            keep = same if keep is None else keep & same
+            q_b, k_b = pair(seg_q, self.seg_k)
+            keep = (q_b == k_b) if keep is None else keep & (q_b == k_b)
         bias = None
         if self.slopes is not None:
-            dist = jnp.abs(q_pos[:, :, None] - self.k_pos[:, None, :]).astype(jnp.float32)
-            bias = -self.slopes.astype(jnp.float32)[None, None, :, None, None] * dist[None, :, None]
+            q_b, k_b = pair(q_pos, self.k_pos)
+            dist = jnp.abs(q_b - k_b).astype(jnp.float32)[None]  # (1, n, 1, ., .)
+            bias = -self.slopes.astype(jnp.float32)[:, None, None] * dist
         return keep, bias
 
 
-def _step_logits(region, q_t, k, q_pos, seg_q):
-    """Masked logits ``(B, n, H, rows, K)`` of one step's queries and their ``keep`` mask."""
-    s = jnp.einsum("bnhqw,bnhkw->bnhqk", q_t, k, preferred_element_type=jnp.float32)
-    keep, bias = region.masks(q_pos, seg_q)
+def _step_logits(region, q_t, k, q_pos, seg_q, keys_first=False):
+    """Masked logits ``(B, n, H, rows, K)`` of one step's queries (``(B, n, H, K, rows)`` with
+    ``keys_first``) and their ``keep`` mask."""
+    spec = "bnhkw,bnhqw->bnhkq" if keys_first else "bnhqw,bnhkw->bnhqk"
+    a, b = (k, q_t) if keys_first else (q_t, k)
+    s = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+    keep, bias = region.masks(q_pos, seg_q, keys_first)
     if bias is not None:
         s = s + bias
     if keep is not None:
@@ -307,15 +321,18 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     def step(carry, xs):
         dk, dv = carry
         q_t, do_t, lse_t, delta_t, pos, seg = xs
-        s, keep = _step_logits(r, q_t, k, pos, seg)
-        p = jnp.exp(s - lse_t[..., None])
+        # keys first: every product below but dQ's contracts the last axis of its first operand;
+        # XLA CPU sends products that contract a leading axis to a slower matmul path
+        # (experiments/mlr_attention_bench.py measures the effect)
+        s_t, keep = _step_logits(r, q_t, k, pos, seg, keys_first=True)  # (B, n, H, K, rows)
+        p_t = jnp.exp(s_t - lse_t[..., None, :])
         if keep is not None:
-            p = jnp.where(keep, p, 0.0)
-        dv = dv + jnp.einsum("bnhqk,bnhqd->bnhkd", p.astype(do_t.dtype), do_t, **f32)
-        dp = jnp.einsum("bnhqd,bnhkd->bnhqk", do_t, vv, **f32)
-        ds = p * (dp - delta_t[..., None])
-        dq_t = jnp.einsum("bnhqk,bnhkw->bnhqw", ds.astype(k.dtype), k, **f32)
-        dk = dk + jnp.einsum("bnhqk,bnhqw->bnhkw", ds.astype(q_t.dtype), q_t, **f32)
+            p_t = jnp.where(keep, p_t, 0.0)
+        dv = dv + jnp.einsum("bnhkq,bnhqd->bnhkd", p_t.astype(do_t.dtype), do_t, **f32)
+        dp_t = jnp.einsum("bnhkd,bnhqd->bnhkq", vv, do_t, **f32)
+        ds_t = (p_t * (dp_t - delta_t[..., None, :])).astype(k.dtype)
+        dq_t = jnp.einsum("bnhkq,bnhkw->bnhqw", ds_t, k, **f32)
+        dk = dk + jnp.einsum("bnhkq,bnhqw->bnhkw", ds_t, q_t, **f32)
         return (dk, dv), dq_t
 
     xs = (r.queries(r.pick_q(q_c)), r.queries(r.pick_q(do)), r.queries(r.pick_q(lse), big),
