@@ -323,7 +323,6 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
         q_t, do_t, lse_t, delta_t, pos, seg = xs
         # keys first: every product below but dQ's contracts the last axis of its first operand;
         # XLA CPU sends products that contract a leading axis to a slower matmul path
-        # (experiments/mlr_attention_bench.py measures the effect)
         s_t, keep = _step_logits(r, q_t, k, pos, seg, keys_first=True)  # (B, n, H, K, rows)
         p_t = jnp.exp(s_t - lse_t[..., None, :])
         if keep is not None:
