@@ -10,8 +10,10 @@ Result:   the headline printed at the end: wall-time ratios MLR / MHA at T = 409
 
 One process, the same ``q, k, v`` for every variant, medians of interleaved rounds
 (:mod:`jaxlab.core.timing`). Each ratio's two sides are timed in rounds of their own (MLR and one
-baseline, A B A B ...): the dense variants allocate ``T x T`` logits per head (and per level),
-and freeing and re-faulting that memory slowed whichever variant ran next in a shared round.
+baseline, A B A B ...; the quartiles of the per-round ratios go to ``round_ratios`` in the summary,
+a measure of how much the machine's speed drifted): the dense variants allocate ``T x T``
+logits per head (and per level), and freeing and re-faulting that memory slowed whichever variant
+ran next in a shared round.
 MLR attention (:func:`jaxlab.nn.mlr_attention.mlr_attention`,
 blockwise) is timed against three causal MHA implementations of the same shapes: the same region
 decomposition contracting every channel (:func:`~jaxlab.nn.mlr_attention.blockwise_full_attention`,
@@ -31,6 +33,7 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
@@ -54,13 +57,17 @@ class Config:
     heads: int = 2
     ranks: tuple[int, ...] = (32, 8, 6, 4, 4, 4, 4, 2)  # head dim 64, the paper's LM ranks
     normalize: str = "block_levels"
-    repeats: int = 9
+    repeats: int = 25  # rounds of the blockwise and chunked pairs (tens of ms a call)
+    dense_repeats: int = 5  # rounds of the pairs with a dense variant (about a second a call)
     tile: int = REGION_TILE  # logits per head of one blockwise step (MLR and MHA alike)
     dense_reference: bool = True  # also time the authors'-style dense construction
 
     def __post_init__(self) -> None:
         check(
-            self.batch > 0 and self.heads > 0 and self.repeats > 0 and self.tile > 0,
+            self.batch > 0
+            and self.heads > 0
+            and min(self.repeats, self.dense_repeats) > 0
+            and self.tile > 0,
             "sizes must be positive",
         )
         check_mlr(self.ranks, sum(self.ranks), self.seq_len, self.normalize)
@@ -68,7 +75,7 @@ class Config:
 
 PRESETS = {
     "default": lambda: Config(),
-    "smoke": lambda: Config(seq_len=256, heads=1, ranks=(8, 4, 2, 2), repeats=2),
+    "smoke": lambda: Config(seq_len=256, heads=1, ranks=(8, 4, 2, 2), repeats=2, dense_repeats=2),
 }
 
 
@@ -115,14 +122,21 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     pairs = {base: ("mlr", base) for base in ("mha_blockwise", "mha_xla", "mha_chunked")}
     if cfg.dense_reference:
         pairs["dense"] = ("mlr_dense", "mha_xla")
-    ratios, times_ms = {}, {}
+    ratios, times_ms, spread = {}, {}, {}
     for label, (num, den) in pairs.items():
+        dense = "mha_xla" in (num, den) or "mlr_dense" in (num, den)
         for pass_ in ("forward", "forward_backward"):
             names = (f"{num}_{pass_}", f"{den}_{pass_}")
-            got = time_interleaved({n: fns[n] for n in names}, repeats=cfg.repeats)
+            got = time_interleaved(
+                {n: fns[n] for n in names}, repeats=cfg.dense_repeats if dense else cfg.repeats
+            )
             ratios[label, pass_] = got[names[0]].median / got[names[1]].median
             for n in names:
                 times_ms[f"{n}_ms_in_{label}_pair"] = 1e3 * got[n].median
+            rounds = np.array(got[names[0]].samples) / np.array(got[names[1]].samples)
+            spread[f"{label}_{pass_}_round_ratio_quartiles"] = [
+                float(x) for x in np.percentile(rounds, [25, 50, 75])
+            ]
     mix = dict(seq_len=cfg.seq_len, num_heads=cfg.heads, head_dim=D)
     analytic = attention_mix_flops("mlr", ranks=cfg.ranks, **mix) / attention_mix_flops(
         "mha", **mix
@@ -152,4 +166,4 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             )  # fmt: skip
         )
     print("\n".join(lines))
-    return {"headline": headline, "times_ms": times_ms}
+    return {"headline": headline, "times_ms": times_ms, "round_ratios": spread}
