@@ -20,7 +20,9 @@ decomposition contracting every channel (:func:`~jaxlab.nn.mlr_attention.blockwi
 the like-for-like baseline: the only difference is the contraction widths), the dense XLA
 reference (which computes all ``T^2`` logits and masks half of them) and the chunked XLA path
 (``impl="xla_chunked"``, what ``auto`` picks at this length on CPU). The dense construction
-(:func:`~jaxlab.nn.mlr_attention.mlr_attention_reference`, as the authors build it) is timed too.
+(:func:`~jaxlab.nn.mlr_attention.mlr_attention_reference`, as the authors build it) is timed too,
+and with ``--set pallas=true`` (``scripts/gpu_bench.sh`` on a GPU) the Pallas MLR kernel against
+Pallas flash attention, each at its default tiles (the MLR kernel's shrink to the finest block).
 The analytic ratio counts the causal pairs each one scores
 (:func:`jaxlab.methods.structured_attention.flops.attention_mix_flops`). Times measured while
 other jobs share the CPU are noisy; the ratios are what the run reports.
@@ -61,6 +63,9 @@ class Config:
     dense_repeats: int = 5  # rounds of the pairs with a dense variant (about a second a call)
     tile: int = REGION_TILE  # logits per head of one blockwise step (MLR and MHA alike)
     dense_reference: bool = True  # also time the authors'-style dense construction
+    # also time the Pallas MLR kernel against Pallas flash attention (a GPU or TPU run: on a CPU
+    # both interpret, and their times measure the interpreter)
+    pallas: bool = False
 
     def __post_init__(self) -> None:
         check(
@@ -75,7 +80,9 @@ class Config:
 
 PRESETS = {
     "default": lambda: Config(),
-    "smoke": lambda: Config(seq_len=256, heads=1, ranks=(8, 4, 2, 2), repeats=2, dense_repeats=2),
+    "smoke": lambda: Config(  # the Pallas pair too (interpreted on a CPU), so CI runs its code
+        seq_len=256, heads=1, ranks=(8, 4, 2, 2), repeats=2, dense_repeats=2, pallas=True
+    ),
 }
 
 
@@ -86,8 +93,8 @@ def get_config(preset: str = "default") -> Config:
 def _variants(cfg: Config) -> dict:
     L = len(cfg.ranks)
     return {
-        "mlr": lambda q, k, v: mlr_attention(
-            q, k, v, ranks=cfg.ranks, normalize=cfg.normalize, tile=cfg.tile
+        "mlr": lambda q, k, v: mlr_attention(  # the blockwise XLA path on every platform
+            q, k, v, ranks=cfg.ranks, normalize=cfg.normalize, tile=cfg.tile, impl="xla"
         ),
         "mha_blockwise": lambda q, k, v: blockwise_full_attention(
             q, k, v, num_levels=L, tile=cfg.tile
@@ -95,6 +102,18 @@ def _variants(cfg: Config) -> dict:
         "mha_xla": lambda q, k, v: dot_product_attention(q, k, v, causal=True, impl="xla"),
         "mha_chunked": lambda q, k, v: dot_product_attention(
             q, k, v, causal=True, impl="xla_chunked"
+        ),
+        **(
+            {
+                "mlr_pallas": lambda q, k, v: mlr_attention(
+                    q, k, v, ranks=cfg.ranks, normalize=cfg.normalize, impl="pallas"
+                ),
+                "mha_pallas": lambda q, k, v: dot_product_attention(
+                    q, k, v, causal=True, impl="pallas"
+                ),
+            }
+            if cfg.pallas
+            else {}
         ),
         **(
             {
@@ -122,6 +141,8 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     pairs = {base: ("mlr", base) for base in ("mha_blockwise", "mha_xla", "mha_chunked")}
     if cfg.dense_reference:
         pairs["dense"] = ("mlr_dense", "mha_xla")
+    if cfg.pallas:
+        pairs["pallas"] = ("mlr_pallas", "mha_pallas")
     ratios, times_ms, spread = {}, {}, {}
     for label, (num, den) in pairs.items():
         dense = "mha_xla" in (num, den) or "mlr_dense" in (num, den)
@@ -147,6 +168,8 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             headline[f"{pass_}_time_ratio_vs_{base}"] = ratios[base, pass_]
         if cfg.dense_reference:
             headline[f"{pass_}_dense_mlr_time_ratio_vs_mha_xla"] = ratios["dense", pass_]
+        if cfg.pallas:
+            headline[f"{pass_}_pallas_mlr_time_ratio_vs_pallas_mha"] = ratios["pallas", pass_]
         target = headline[f"{pass_}_time_ratio_vs_mha_blockwise"]
         headline[f"{pass_}_within_10pct_of_analytic"] = abs(target / analytic - 1) <= 0.10
     with MetricWriter(workdir, tensorboard=False) as writer:
@@ -162,6 +185,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             + (
                 f"; dense MLR / MHA {headline[f'{pass_}_dense_mlr_time_ratio_vs_mha_xla']:.3f}"
                 if cfg.dense_reference
+                else ""
+            )  # fmt: skip
+            + (
+                f"; Pallas MLR / Pallas MHA "
+                f"{headline[f'{pass_}_pallas_mlr_time_ratio_vs_pallas_mha']:.3f}"
+                f"{' (interpreted)' if jax.default_backend() == 'cpu' else ''}"
+                if cfg.pallas
                 else ""
             )  # fmt: skip
         )

@@ -2,15 +2,17 @@
 # The GPU run of the Pallas kernels (issue 4): first the cross-platform lowering check
 # (`python -m pallas_kernels.lower --platform=cuda`, issue 12: every kernel, fwd and bwd, lowers to
 # Triton), then kernels_bench's TFLOP/s grid (Pallas vs cuDNN vs XLA, fwd and fwd+bwd, as ratios
-# from one process) and the native-lowering (`gpu`-marked) kernel tests plus the attention contract
+# from one process), mlr_attention_bench with the Pallas MLR kernel against Pallas flash attention
+# (issue 14), and the native-lowering (`gpu`-marked) kernel tests plus the attention contract
 # test, on the GPU. Installs nothing: the `python` on PATH must already
-# have jax[cuda12] and this checkout (`pip install -e '.[gpu,dev]'`). Budget: ~5 min on an H100/H200.
+# have jax[cuda12] and this checkout (`pip install -e '.[gpu,dev]'`). Budget: ~7 min on an H100/H200
+# (the MLR bench not yet run there: up to 4 min allowed).
 #
 # Usage: bash scripts/gpu_bench.sh [RESULTS_DIR]
 #        RESULTS_DIR defaults to $OUT when set (device runners), else runs/gpu_bench_<timestamp>.
 # Writes: env.txt (nvidia-smi, jax devices), lower.log, bench.log, kernels_bench/{summary.json,
-#         metrics.jsonl,*.png}, native_tests.log, contract_tests.log. Exit status: non-zero if any
-#         part failed.
+#         metrics.jsonl,*.png}, mlr_bench.log, mlr_attention_bench/{summary.json,metrics.jsonl},
+#         native_tests.log, contract_tests.log. Exit status: non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS="${1:-${OUT:-runs/gpu_bench_$(date +%Y%m%d_%H%M%S)}}"
@@ -30,6 +32,12 @@ timeout 120 python -m pallas_kernels.lower --platform=cuda 2>&1 | tee "$RESULTS/
 
 timeout 360 python experiments/run.py --exp=kernels_bench --workdir "$RESULTS/kernels_bench" \
   2>&1 | tee "$RESULTS/bench.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+# Issue 14's speed target on the GPU: the Pallas MLR kernel against Pallas flash attention at
+# T = 4096 (forward and forward+backward ratios from one process), beside the XLA paths.
+timeout 240 python experiments/run.py --exp=mlr_attention_bench --set pallas=true \
+  --set dense_reference=false --workdir "$RESULTS/mlr_attention_bench" 2>&1 | tee "$RESULTS/mlr_bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 timeout 180 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels \
