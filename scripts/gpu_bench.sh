@@ -5,8 +5,8 @@
 # from one process), mlr_attention_bench with the Pallas MLR kernel against Pallas flash attention
 # (issue 14), and the native-lowering (`gpu`-marked) kernel tests plus the attention contract
 # test, on the GPU. Installs nothing: the `python` on PATH must already
-# have jax[cuda12] and this checkout (`pip install -e '.[gpu,dev]'`). Budget: ~7 min on an H100/H200
-# (the MLR bench not yet run there: up to 4 min allowed).
+# have jax[cuda12] and this checkout (`pip install -e '.[gpu,dev]'`). Budget: ~5 min on an H100/H200
+# for the other parts; the MLR bench, never yet run on a GPU, is capped at 4 min.
 #
 # Usage: bash scripts/gpu_bench.sh [RESULTS_DIR]
 #        RESULTS_DIR defaults to $OUT when set (device runners), else runs/gpu_bench_<timestamp>.
