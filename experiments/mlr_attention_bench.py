@@ -59,8 +59,8 @@ class Config:
     heads: int = 2
     ranks: tuple[int, ...] = (32, 8, 6, 4, 4, 4, 4, 2)  # head dim 64, the paper's LM ranks
     normalize: str = "block_levels"
-    repeats: int = 25  # rounds of the blockwise and chunked pairs (tens of ms a call)
-    dense_repeats: int = 5  # rounds of the pairs with a dense variant (about a second a call)
+    repeats: int = 25  # rounds of the blockwise, chunked and Pallas pairs
+    dense_repeats: int = 5  # rounds of the pairs with a dense variant (the slow ones)
     tile: int = REGION_TILE  # logits per head of one blockwise step (MLR and MHA alike)
     dense_reference: bool = True  # also time the authors'-style dense construction
     # also time the Pallas MLR kernel against Pallas flash attention (a GPU or TPU run: on a CPU
