@@ -1,4 +1,4 @@
-"""The one iteration driver of jaxlab's iterative solvers (OT, NARD, and the methods to come).
+"""The one iteration driver of jaxlab's iterative solvers (OT, NARD, and every other solver).
 
 Every solver in the project is a ``lax.while_loop`` that runs a step, records one number per
 iteration (a gradient norm, a marginal error, an objective) and stops when a convergence test

@@ -109,9 +109,9 @@ def default_impl(platform: str | None = None, seq_len: int | None = None) -> Att
     """The implementation ``impl="auto"`` uses on ``platform`` for ``seq_len`` keys.
 
     The design is Pallas flash attention on GPU and TPU (it takes ALiBi and document masks, which
-    cuDNN's fused kernel does not). The kernels' native lowerings have not yet run on hardware
-    (``scripts/gpu_bench.sh`` is ready for the first GPU), so until they pass there the accelerators
-    use the XLA path: the chunked one for long sequences, the reference otherwise; pass
+    cuDNN's fused kernel does not). Until the native kernels are verified on hardware
+    (:data:`PALLAS_VERIFIED_ON_HARDWARE`; ``scripts/gpu_bench.sh`` runs the checks), the
+    accelerators use the XLA path: the chunked one for long sequences, the reference otherwise; pass
     ``impl="pallas"``, or set ``JAXLAB_PALLAS=on`` (:func:`pallas_ready`), to opt in. On CPU,
     where Pallas only interprets, the XLA reference for short sequences and the chunked XLA path
     from :data:`CHUNKED_MIN_SEQ_LEN` keys on (memory linear in T).

@@ -1,7 +1,7 @@
 """The fields every language model's config shares, their checks, and the ``.paper(size)`` pattern.
 
 :class:`LMConfig` is a frozen dataclass that :class:`~jaxlab.nn.transformer.TransformerConfig` and
-:class:`~jaxlab.methods.rmt.RMTConfig` (and the LMs to come) subclass. String choices are
+:class:`~jaxlab.methods.rmt.RMTConfig` (and every other LM config) subclass. String choices are
 ``Literal``-typed and checked by :func:`jaxlab.core.config.check_choices` when a config is built,
 as are the linear-map options (against every shape the model will build through its linear
 factory, :meth:`LMConfig.linear_shapes`), so a bad ``--set model.xxx=`` fails before any tracing.

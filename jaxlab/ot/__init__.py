@@ -1,6 +1,7 @@
 """Optimal transport as a library: the problem, the dual, Sinkhorn, and the parts solvers share.
 
-What every OT method in jaxlab builds on (SPLR in :mod:`jaxlab.methods.qn_ot`, WARMPOT to come):
+What every OT method in jaxlab builds on (SPLR in :mod:`jaxlab.methods.qn_ot`, WARMPOT in
+:mod:`jaxlab.methods.warmpot`):
 
 * :mod:`.problem` — the problem as arrays ``(cost, a, b, ε)`` read from ott-jax's ``Geometry`` /
   ``LinearProblem`` (jaxlab defines no problem class of its own), and the input checks;

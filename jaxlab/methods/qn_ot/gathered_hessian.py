@@ -87,8 +87,8 @@ def compact(
     """Positions of the first ``capacity`` True entries of ``mask``, and which slots are used.
 
     ``jnp.nonzero(mask, size=capacity)`` by gathers only: the mask is packed into 32-bit words,
-    the running count of set bits per word (a cumulative sum 32× shorter than the mask: XLA's CPU
-    ``cumsum`` of 6·10⁵ entries alone costs 4 ms) locates the word of each slot by binary search,
+    the running count of set bits per word (a cumulative sum 32× shorter than the mask, since
+    XLA's CPU ``cumsum`` over the whole mask is slow) finds the word of each slot by binary search,
     and a 5-step binary search on ``popcount`` finds the bit inside the word.
     """
     p = mask.shape[0]

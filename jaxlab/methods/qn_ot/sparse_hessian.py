@@ -92,7 +92,7 @@ def quantile_sample(flat: Float[Array, " p"], sample_cap: int = SAMPLE_CAP) -> F
     The subset is drawn once per shape (numpy, seed 0) and is static under ``jit``. A strided
     sample would be biased: for a square cost whose plan concentrates near the diagonal (MNIST
     pairs), ``flat[::s]`` of the row-major ``T̃`` hits the diagonal in every row, overestimates the
-    quantile and keeps a fraction of the intended ``ρ`` (4× more SPLR iterations measured).
+    quantile and keeps a fraction of the intended ``ρ``, so SPLR needs many more iterations.
     """
     p = flat.shape[0]
     if p <= sample_cap:

@@ -46,8 +46,8 @@ class ICLConfig:
       position_std: init std of the learned positions. Garg et al.'s GPT-2 uses 0.02; here 1.0,
         the scale of the read-in tokens: a y token ``(y, 0, .., 0)`` lies along a read-in
         direction that x tokens share, so at 0.02 the model tells the two kinds of token apart
-        only through a tiny positional signal and learns the task much later (measured in the
-        method README).
+        only through a tiny positional signal and learns the task much later (see the method
+        README).
     """
 
     dim: int = 16
