@@ -199,3 +199,37 @@ def test_shared_loop_runs_and_restores_the_model(data, reference, tmp_path):
     assert isinstance(model, CLIPModel)
     fresh = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
     assert not np.array_equal(model.image_proj.kernel[...], fresh.image_proj.kernel[...])
+
+
+@pytest.mark.parametrize("objective", ["drrho", "drrho_kd"])
+def test_each_pair_is_scored_against_its_own_reference_rows(objective, data, reference):
+    # The cached reference is indexed by the batch's pair ids: replace the cache by distinct
+    # random unit rows and check the Task's loss against losses.drrho_loss (and the distillation
+    # term) on exactly those rows; the same rows rolled by one position must give another value.
+    from jaxlab.methods.drrho_clip import losses as L
+
+    cfg = LossConfig(objective=objective, gamma=1.0)
+    task = CLIPTask(MLP, cfg, *data, reference=reference)
+    state = task.init_task_state(jax.random.key(0))
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((2, len(data[0].images), MLP.embed_dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=-1, keepdims=True)
+    state = {**state, "ref_img": jax.numpy.asarray(rows[0]), "ref_txt": jax.numpy.asarray(rows[1])}
+    batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 3)).items()}
+    ids = np.asarray(batch["index"])
+    assert not np.array_equal(ids, np.arange(B))  # shuffled ids: position != pair id
+    model = CLIPModel(MLP, rngs=nnx.Rngs(params=1))
+    _, metrics, _ = task.loss(model, batch, jax.random.key(2), state)
+    img, txt = model(batch["image"], batch["tokens"])
+
+    def expected(r_img, r_txt):
+        value = L.drrho_loss(img, txt, r_img, r_txt, tau=cfg.tau, eps=cfg.eps)
+        if objective == "drrho_kd":
+            kd = L.distill_loss(img, txt, r_img, r_txt, tau=cfg.tau, ref_tau=cfg.ref_tau)
+            value = value + cfg.kd_weight * kd
+        return float(value)
+
+    right = expected(rows[0][ids], rows[1][ids])
+    rolled = expected(rows[0][np.roll(ids, 1)], rows[1][np.roll(ids, 1)])
+    np.testing.assert_allclose(float(metrics["loss"]), right, rtol=1e-5)
+    assert abs(rolled - right) > 1e-3 * abs(right)
