@@ -76,3 +76,62 @@ def test_flops_and_bad_ranks():
     with pytest.raises(ConfigError, match="divide"):
         BilinearMLRScore(12, 1, ranks=(1, 1, 1, 1), rngs=nnx.Rngs(0))
     assert jnp.isfinite(mlr(jnp.ones((1, 6, D)))).all()
+
+
+def _np_layernorm(v, scale):
+    """LayerNorm over the last axis without bias (the authors' stabiliser), epsilon as nnx's."""
+    mu, var = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
+    return (v - mu) / np.sqrt(var + 1e-6) * scale
+
+
+def _random_norm_scales(norms, seed):
+    # LayerNorm scales start at 1; random ones make the order of the normalised entries matter.
+    rng = np.random.default_rng(seed)
+    for norm in norms:
+        norm.scale[...] = jnp.asarray(rng.uniform(0.5, 1.5, norm.scale[...].shape), jnp.float32)
+
+
+def test_bilinear_mlr_with_layernorms_matches_a_float64_construction(x):
+    # Paper Sec. 3.2 and the authors' BilinearMLRAttention: level l splits x into 2^l blocks; each
+    # block k maps through its own (D / 2^l, r_l) query and key factors per head; the r_l 2^l
+    # numbers of a head (rank index major, block minor) pass a LayerNorm per side; the level's
+    # logits are their dot product at 1/sqrt(r_l 2^l), summed over the levels.
+    H, ranks = 2, (2, 1, 1)
+    score = BilinearMLRScore(D, H, ranks=ranks, rngs=nnx.Rngs(8))
+    _random_norm_scales([*score.norms_q, *score.norms_k], 0)
+    xb = np.float64(x)
+    want = 0.0
+    for level, r in enumerate(ranks):
+        p, size = 2**level, D // 2**level
+        sides = []
+        for w, norm in (
+            (score.wq[level], score.norms_q[level]),
+            (score.wk[level], score.norms_k[level]),
+        ):
+            w = np.float64(w[...]).reshape(p, size, H, r)
+            y = np.zeros(xb.shape[:2] + (H, r * p))
+            for k in range(p):
+                part = xb[..., k * size : (k + 1) * size] @ w[k].reshape(size, H * r)
+                y[..., np.arange(r) * p + k] = part.reshape(*xb.shape[:2], H, r)
+            sides.append(_np_layernorm(y, np.float64(norm.scale[...])))
+        want = want + np.einsum("bthe,bshe->bhts", *sides) / np.sqrt(r * p)
+    np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
+
+
+def test_bilinear_btt_with_layernorms_matches_a_float64_construction(x):
+    # Paper Sec. 3.1: s_h(t, t') = x_t . LN_h(BTT_h(x_t')) / sqrt(D), the BTT map built here from
+    # its two cores: y_jka = sum_n x_jn R_jnka (input block j), z_km = sum_ja y_jka L_jakm.
+    H = 2
+    score = BilinearBTTScore(D, H, btt_rank=2, rngs=nnx.Rngs(9))
+    _random_norm_scales(score.norms, 1)
+    xb = np.float64(x)
+    keys = []
+    for m, norm in zip(score.maps, score.norms, strict=True):
+        n1, n2, m2, m1, s = m.shape
+        first = np.float64(m.first[...]).reshape(n1, n2, m2, s)
+        second = np.float64(m.second[...]).reshape(n1, s, m2, m1)
+        y = np.einsum("btjn,jnka->btjka", xb.reshape(*xb.shape[:2], n1, n2), first)
+        z = np.einsum("btjka,jakm->btkm", y, second).reshape(*xb.shape[:2], D)
+        keys.append(_np_layernorm(z, np.float64(norm.scale[...])))
+    want = np.einsum("bti,hbsi->bhts", xb, np.stack(keys)) / np.sqrt(D)
+    np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
