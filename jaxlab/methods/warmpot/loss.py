@@ -26,7 +26,15 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.ot.partial import partial_ot
 
-__all__ = ["Knobs", "batch_loss", "ground_cost", "mass_schedule", "plan_weights", "weighted_ce"]
+__all__ = [
+    "Knobs",
+    "batch_loss",
+    "capacity_share",
+    "ground_cost",
+    "mass_schedule",
+    "plan_weights",
+    "weighted_ce",
+]
 
 
 class Knobs(NamedTuple):
@@ -77,6 +85,23 @@ def plan_weights(cost, alpha, beta, epsilon, *, tol: float, max_iter: int):
     return out, out.matrix.sum(1)
 
 
+def capacity_share(w, beta, *, rtol: float = 1e-3) -> Float[Array, ""]:
+    """The share of source points whose plan row sum reaches its cap ``1/(β n_s)``.
+
+    A row of the partial plan sums to at most its source mass ``a_i = 1/(β n_s)`` (paper Sec. 5);
+    the caps bind, and per-sample weights can differ from uniform, only where some rows reach it.
+    A row counts as capped when ``w_i ≥ (1 - rtol) a_i``.
+
+    Args:
+      w: the plan's row sums ``π 1`` (unnormalised), shape ``(n_s,)``.
+      beta: the source-mass parameter β.
+      rtol: relative slack below the cap that still counts (the entropic plan meets it only to its
+        solver's tolerance).
+    """
+    cap = 1.0 / (beta * w.shape[0])
+    return jnp.mean((w >= (1.0 - rtol) * cap).astype(w.dtype))
+
+
 def weighted_ce(logits_s, y_s, w) -> Float[Array, ""]:
     """``Σ_i w_i CE_i / Σ_i w_i`` (the code's ``CrossEntropyWeighted``)."""
     ce = optax.softmax_cross_entropy_with_integer_labels(logits_s, y_s)
@@ -96,8 +121,9 @@ def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max
       tol, max_iter: the partial-OT solver's tolerance and budget.
 
     Returns:
-      ``(loss, aux)`` with aux holding the weights ``w`` (normalised to sum 1), the plan's
-      ``converged`` flag, the mean target softmax (for PADA's running average) and the loss terms.
+      ``(loss, aux)`` with aux holding the weights ``w`` (normalised to sum 1), the share of
+      source points at their cap (:func:`capacity_share`), the plan's ``converged`` flag, the
+      mean target softmax (for PADA's running average) and the loss terms.
     """
     z_s, z_t = model.features(x_s), model.features(x_t)
     logits_s, logits_t = model.classify(z_s), model.classify(z_t)
@@ -115,6 +141,7 @@ def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max
     loss = ce + transport + knobs.entropy * ent
     aux = {
         "w": jax.lax.stop_gradient(w),
+        "at_cap": capacity_share(out.matrix.sum(1), knobs.beta),
         "ot_converged": out.converged,
         "ot_iters": out.n_iter,
         "mean_target_probs": jax.lax.stop_gradient(probs_t.mean(0)),

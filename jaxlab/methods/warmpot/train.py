@@ -44,6 +44,8 @@ class RunResult(NamedTuple):
         the paper's protocol, an oracle).
       outlier_share: per chunk, the mean over its steps of the weight on source classes absent
         from the target (``Σ_{y_i ∉ target} w_i`` with ``Σ w = 1``).
+      at_cap: per chunk, the mean over its steps of the share of source points whose plan row
+        reaches its cap ``1/(β n_s)`` (:func:`~jaxlab.methods.warmpot.loss.capacity_share`).
       ot_converged: fraction of the steps whose plan met the solver's tolerance.
     """
 
@@ -51,6 +53,7 @@ class RunResult(NamedTuple):
     last: float
     best: float
     outlier_share: np.ndarray
+    at_cap: np.ndarray
     ot_converged: float
 
 
@@ -96,10 +99,10 @@ def _chunk(carry, start, knobs, ramp, outlier, data, *, graphdef, tx, batch, chu
         probs = aux["mean_target_probs"]
         class_w = 0.9 * c.class_w + 0.1 * probs / jnp.max(probs)
         share = jnp.sum(aux["w"] * outlier[ys[i_s]])
-        return _Carry(params, opt_state, class_w, key), (share, aux["ot_converged"])
+        return _Carry(params, opt_state, class_w, key), (share, aux["at_cap"], aux["ot_converged"])
 
-    carry, (share, conv) = jax.lax.scan(step, carry, start + jnp.arange(chunk))
-    return carry, share.mean(), conv.mean()
+    carry, (share, at_cap, conv) = jax.lax.scan(step, carry, start + jnp.arange(chunk))
+    return carry, share.mean(), at_cap.mean(), conv.mean()
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
@@ -126,14 +129,17 @@ def train(cfg: WarmpotConfig, task: DATask) -> RunResult:
     outlier = jnp.asarray([c not in task.target_classes for c in range(task.num_classes)], float)
     data = (jnp.asarray(task.xs), jnp.asarray(task.ys), jnp.asarray(task.xt))
     xt, yt = jnp.asarray(task.xt), jnp.asarray(task.yt)
-    acc, shares, convs = [], [], []
+    acc, shares, caps, convs = [], [], [], []
     for start in range(0, cfg.steps, cfg.eval_every):
-        carry, share, conv = _chunk(
+        carry, share, at_cap, conv = _chunk(
             carry, start, knobs, ramp, outlier, data, graphdef=graphdef, tx=tx,
             batch=cfg.batch_size, chunk=cfg.eval_every, tol=cfg.ot_tol, iters=cfg.ot_max_iter,
         )  # fmt: skip
         acc.append(float(_accuracy(carry.params, xt, yt, graphdef=graphdef)))
         shares.append(float(share))
+        caps.append(float(at_cap))
         convs.append(float(conv))
     acc, shares = np.asarray(acc), np.asarray(shares)
-    return RunResult(acc, float(acc[-1]), float(acc.max()), shares, float(np.mean(convs)))
+    return RunResult(
+        acc, float(acc[-1]), float(acc.max()), shares, np.asarray(caps), float(np.mean(convs))
+    )

@@ -8,7 +8,13 @@ from flax import nnx
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.warmpot.config import WarmpotConfig
-from jaxlab.methods.warmpot.loss import batch_loss, ground_cost, mass_schedule, plan_weights
+from jaxlab.methods.warmpot.loss import (
+    batch_loss,
+    capacity_share,
+    ground_cost,
+    mass_schedule,
+    plan_weights,
+)
 from jaxlab.methods.warmpot.model import Network
 from jaxlab.methods.warmpot.train import knobs_of
 
@@ -112,3 +118,51 @@ def test_bad_config_is_one_line(kw):
     with pytest.raises(ConfigError) as err:
         WarmpotConfig(**kw)
     assert len(str(err.value).splitlines()) == 1
+
+
+# (α, β, ε): the authors' α = 0.8, β = 0.35 and a tighter one; caps 1/(β n_s) below 1/n_s·(1/α).
+PARTIAL = [(0.8, 0.35, 0.05), (0.5, 0.6, 0.2), (0.8, 0.35, None)]
+
+
+@pytest.mark.parametrize("alpha, beta, epsilon", PARTIAL)
+def test_weights_below_full_mass_are_the_row_sums_of_pots_plan(x64, alpha, beta, epsilon):
+    # WARMPOT's weights at α < 1 against POT's partial plan with the same a, b and mass (paper
+    # Sec. 5: a = 1/(β n_s), b = 1/n_t, mass α); α = 1 alone cannot tell the mass from min(1, 1/β).
+    import ot
+
+    rng = np.random.default_rng(7)
+    n_s, n_t = 14, 11
+    cost = rng.random((n_s, n_t))
+    a, b = np.full(n_s, 1 / (beta * n_s)), np.full(n_t, 1 / n_t)
+    if epsilon is None:
+        ref = ot.partial.partial_wasserstein(a, b, cost, m=alpha)
+        out, w = plan_weights(jnp.asarray(cost), alpha, beta, None, tol=0.0, max_iter=0)
+    else:
+        ref = ot.partial.entropic_partial_wasserstein(
+            a, b, cost, reg=epsilon, m=alpha, numItermax=100_000, stopThr=1e-15
+        )
+        out, w = plan_weights(jnp.asarray(cost), alpha, beta, epsilon, tol=1e-12, max_iter=20_000)
+    assert bool(out.converged)
+    np.testing.assert_allclose(w, ref.sum(1), atol=1e-9)
+    np.testing.assert_allclose(np.sum(w), alpha, rtol=1e-9)
+
+
+def test_capacity_share_counts_the_rows_at_their_cap():
+    beta, n_s = 0.5, 8
+    cap = 1 / (beta * n_s)
+    w = np.asarray([cap, cap * (1 - 1e-4), cap * 0.98, 0.0, cap, 0.1 * cap, cap * 0.9990, cap])
+    expected = np.mean(w >= (1 - 1e-3) * cap)  # 5 of 8: the exact caps and those within 0.1%
+    assert expected == 5 / 8
+    np.testing.assert_allclose(capacity_share(jnp.asarray(w), beta), expected)
+    np.testing.assert_allclose(capacity_share(jnp.asarray(w), beta, rtol=0.05), 6 / 8)
+
+
+def test_capacity_share_of_a_binding_plan(x64):
+    # Three source points near the only target point, five far: at mass 3/(β n_s) exactly the near
+    # three are filled to their cap (exact plan), so the share is 3/8.
+    beta, n_s = 0.5, 8
+    cost = np.concatenate([np.full((3, 1), 0.1), np.full((5, 1), 2.0)])
+    cap = 1 / (beta * n_s)
+    out, w = plan_weights(jnp.asarray(cost), 3 * cap, beta, None, tol=0.0, max_iter=0)
+    np.testing.assert_allclose(w, [cap] * 3 + [0.0] * 5, atol=1e-12)
+    np.testing.assert_allclose(capacity_share(w, beta), 3 / 8)
