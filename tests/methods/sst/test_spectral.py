@@ -220,6 +220,59 @@ def test_redraw_runs_as_a_jitted_state_hook(stepped):
     assert isinstance(merge_state(graphdef, new), TrainState)
 
 
+def _subset_probs(p, r):
+    """P(unordered set) of r sequential draws without replacement from p (Plackett–Luce)."""
+    import itertools
+
+    subsets = list(itertools.combinations(range(len(p)), r))
+    probs = []
+    for subset in subsets:
+        total = 0.0
+        for order in itertools.permutations(subset):
+            left, prob = 1.0, 1.0
+            for i in order:
+                prob *= p[i] / left
+                left -= p[i]
+            total += prob
+        probs.append(total)
+    return subsets, np.asarray(probs) / np.sum(probs)
+
+
+def test_the_hooks_own_redraws_follow_the_current_singular_values(stepped):
+    # χ² on the draws the jitted loop hook makes (paper Sec. 4.4: p_i = s_i / Σ s on the *current*
+    # s), not on sample_active alone: each redraw's key comes from its step, so many steps give
+    # many independent draws; the drawn set is read off the new active s values. Rounds are long
+    # here (no re-SVD after the first redraw), so s itself is only permuted.
+    import scipy.stats
+
+    from jaxlab.core.step import make_hook_step
+    from jaxlab.methods.sst.hooks import sst_hook
+
+    graphdef, _, after, _ = stepped
+    cfg = dataclasses.replace(SST, round_redraws=100_000)
+    (_, layer), _ = _layers(graphdef, after)
+    s = np.asarray(layer.s[...], np.float64)
+    assert len(np.unique(s)) == layer.k and np.ptp(s) > 0.1 * s.mean()  # distinct, far from uniform
+    n = 3000
+    steps = cfg.resample_every * jnp.arange(1, n + 1, dtype=jnp.int32)  # redraw indices 1..n
+    draw = jax.vmap(make_hook_step(sst_hook(cfg), graphdef, False), in_axes=(None, 0))
+    new, _ = jax.jit(draw)(after, steps)
+    (_, drawn), _ = _layers(graphdef, new)
+    active = np.asarray(drawn.s[...])[:, : cfg.rank]
+    chosen = [tuple(sorted(int(np.argmin(np.abs(s - v))) for v in row)) for row in active]
+    subsets, probs = _subset_probs(s / s.sum(), cfg.rank)
+    index = {sub: i for i, sub in enumerate(subsets)}
+    counts = np.bincount([index[c] for c in chosen], minlength=len(subsets))
+    keep = probs * n >= 5  # χ²'s rule of thumb; the rare subsets pooled into one cell
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(probs[keep], probs[~keep].sum()) * n
+    assert scipy.stats.chisquare(obs, exp).pvalue > 1e-3
+    # Power: uniform draws (every subset equally likely) are rejected by the same counts.
+    uniform = np.full(len(subsets), 1 / len(subsets))
+    exp_u = np.append(uniform[keep], uniform[~keep].sum()) * n
+    assert scipy.stats.chisquare(obs, exp_u).pvalue < 1e-6
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
