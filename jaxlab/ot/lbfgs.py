@@ -19,6 +19,7 @@ from jaxlab.core.iterate import below, iterate
 from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.output import RawSolution, raw_solution
+from jaxlab.ot.problem import check_solver_call
 
 __all__ = ["lbfgs"]
 
@@ -80,7 +81,11 @@ def lbfgs(
       memory: number of stored ``(s, y)`` pairs.
       init: initial potentials ``(α₀, β₀)`` (warm start); None starts from
         :func:`~jaxlab.ot.dual.initial_point`.
+
+    Raises:
+      ConfigError: on concrete bad input (:func:`~jaxlab.ot.problem.check_solver_call`).
     """
+    check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
 
     def fun(x):
         return dual_value_grad(x, cost, a, b, epsilon)

@@ -183,6 +183,16 @@ def _lp_host(cost, a, b, mass):
 
     cost, a, b, mass = (np.asarray(x, np.float64) for x in (cost, a, b, mass))
     n, m = cost.shape
+    # Under jit the eager checks did not run: an input no plan can satisfy (non-finite values,
+    # negative weights, a mass outside (0, min(‖a‖₁, ‖b‖₁)]) gives a NaN plan, not converged.
+    finite = all(np.all(np.isfinite(x)) for x in (cost, a, b, mass))
+    if (
+        not finite
+        or a.min() < 0
+        or b.min() < 0
+        or not 0 < mass <= min(a.sum(), b.sum()) * (1 + 1e-6)
+    ):
+        return np.full((n, m), np.nan), np.asarray(False), np.asarray(0, np.int32)
     big = 2.0 * np.abs(cost).max() + 1.0
     aug = np.zeros((n + 1, m + 1))
     aug[:n, :m], aug[n, m] = cost, big

@@ -23,6 +23,7 @@ __all__ = [
     "check_arrays",
     "check_inputs",
     "check_positive",
+    "check_solver_call",
     "from_linear_problem",
     "is_traced",
     "unpack_cost",
@@ -95,12 +96,13 @@ def check_arrays(a: Any, b: Any, cost: Any, *, min_points: int = 1) -> tuple[np.
     return a, b, cost
 
 
-def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any) -> None:
+def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any, init: Any = None) -> None:
     """Raises ConfigError for marginals or costs the dual cannot handle (concrete values only).
 
     The dual (Wang & Qiu, ICML 2025, Eq. 3) needs an ``(n, m)`` cost with ``n, m ≥ 2``, finite
     values, strictly positive marginals (``log a`` appears in every solver) of equal mass, and a
-    finite ``ε > 0``.
+    finite ``ε > 0``; a warm start ``init = (α₀, β₀)`` needs finite potentials of shapes ``(n,)``
+    and ``(m,)``.
     """
     check_positive("epsilon", epsilon)
     a, b, cost = check_arrays(a, b, cost, min_points=2)
@@ -113,3 +115,27 @@ def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any) -> None:
             )
     if abs(a.sum() - b.sum()) > 1e-6 * max(a.sum(), b.sum()):
         raise ConfigError(f"marginals have different mass ({a.sum():.6g} vs {b.sum():.6g})")
+    if init is not None:
+        if not isinstance(init, tuple | list) or len(init) != 2:
+            raise ConfigError("init must be a pair of potentials (alpha0, beta0)")
+        for name, x, n in (("alpha0", init[0], cost.shape[0]), ("beta0", init[1], cost.shape[1])):
+            x = np.asarray(x)
+            if x.shape != (n,) or x.dtype.kind not in "fiu" or not np.all(np.isfinite(x)):
+                raise ConfigError(
+                    f"init {name} must hold {n} finite numbers for a cost of shape "
+                    f"{cost.shape}, got shape {x.shape}"
+                )
+
+
+def check_solver_call(a, b, cost, epsilon, init, *, tol: Any, max_iter: Any) -> None:
+    """The checks of a direct call of one of :mod:`jaxlab.ot`'s dual solvers (eager calls only).
+
+    :func:`check_inputs` plus a positive ``tol`` and an integer ``max_iter >= 1``; skipped when
+    any input is traced (the caller, e.g. :func:`jaxlab.methods.qn_ot.solve`, checked them).
+    """
+    if is_traced(a, b, cost, epsilon, init):
+        return
+    check_positive("tol", tol)
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
+        raise ConfigError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    check_inputs(a, b, cost, epsilon, init)

@@ -26,6 +26,7 @@ from jaxtyping import Array, Float
 from jaxlab.core.iterate import below, iterate
 from jaxlab.ot.dual import dual_value_grad, join
 from jaxlab.ot.output import RawSolution, raw_solution
+from jaxlab.ot.problem import check_solver_call
 
 __all__ = ["sinkhorn"]
 
@@ -55,7 +56,11 @@ def sinkhorn(
       tol: stop at ``‖g‖₂ < tol``.
       max_iter: iteration budget (one iteration = one ``α`` and one ``β`` update).
       init: initial potentials ``(α₀, β₀)`` (warm start); None starts from ``α = 0``.
+
+    Raises:
+      ConfigError: on concrete bad input (:func:`~jaxlab.ot.problem.check_solver_call`).
     """
+    check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
     log_a, log_b = jnp.log(a), jnp.log(b)
 
     def rows(beta):

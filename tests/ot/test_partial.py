@@ -128,3 +128,19 @@ def test_bad_input_is_one_line(kwargs):
     with pytest.raises(ConfigError) as err:
         partial_ot(np.full(4, 0.25), np.full(4, 0.25), **kwargs)
     assert len(str(err.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("epsilon", [None, 0.1])
+@pytest.mark.parametrize(
+    "mass, cost",
+    [(1.5, np.ones((4, 4))), (0.5, np.full((4, 4), np.nan)), (-0.2, np.ones((4, 4)))],
+    ids=["mass_above_the_marginals", "nan_cost", "negative_mass"],
+)
+def test_under_jit_bad_input_is_not_converged(x64, epsilon, mass, cost):
+    # Traced inputs skip the eager checks; the solve must then say it failed, never return a
+    # plan of another mass (or an XLA callback error) marked converged.
+    a = b = jnp.full(4, 0.25)
+    out = jax.jit(lambda c, m: partial_ot(a, b, c, mass=m, epsilon=epsilon, max_iter=200))(
+        jnp.asarray(cost), mass
+    )
+    assert not bool(out.converged)

@@ -54,3 +54,33 @@ def test_check_inputs_refuses_non_numeric_arrays():
     cost = np.ones((3, 3))
     with pytest.raises(ConfigError, match="real numbers"):
         check_inputs(np.full(3, 1 / 3), np.array(["a", "b", "c"]), cost, 0.1)
+
+
+GOOD = {"cost": np.ones((3, 4)), "a": np.full(3, 1 / 3), "b": np.full(4, 0.25), "epsilon": 0.1}
+
+
+@pytest.mark.parametrize("solver", ["sinkhorn", "lbfgs"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"cost": np.full((3, 4), np.nan)}, "cost contains NaN or inf"),
+        ({"cost": np.ones((4, 3))}, "do not fit a cost of shape"),
+        ({"a": np.full(3, 0.5)}, "marginals have different mass"),
+        ({"epsilon": -1.0}, "epsilon must be a positive number"),
+        ({"tol": 0.0}, "tol must be a positive number"),
+        ({"max_iter": 0}, "max_iter must be an integer >= 1"),
+        ({"init": (np.zeros(3), np.zeros(3))}, "init beta0 must hold 4 finite numbers"),
+        ({"init": (np.full(3, np.inf), np.zeros(4))}, "init alpha0 must hold 3 finite numbers"),
+    ],
+)
+def test_direct_solver_calls_check_their_inputs(solver, change, message):
+    # jaxlab.ot's solvers called eagerly check their inputs as qn_ot.solve does (one line), instead
+    # of returning NaN potentials or failing deep inside JAX.
+    from jaxlab.ot.lbfgs import lbfgs
+    from jaxlab.ot.sinkhorn import sinkhorn
+
+    fn = {"sinkhorn": sinkhorn, "lbfgs": lbfgs}[solver]
+    kw = {**GOOD, **change}
+    with pytest.raises(ConfigError, match=message) as err:
+        fn(kw.pop("cost"), kw.pop("a"), kw.pop("b"), kw.pop("epsilon"), **kw)
+    assert len(str(err.value).splitlines()) == 1

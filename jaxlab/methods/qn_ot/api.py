@@ -199,7 +199,7 @@ def compile_solve(
 
 
 def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> CompiledSolve:
-    check_inputs(a, b, cost, epsilon)
+    check_inputs(a, b, cost, epsilon, init)
     opts = tuple(sorted(options.items()))
     with jax.enable_x64(True):
         args = tuple(jnp.asarray(x, jnp.float64) for x in (cost, a, b, epsilon))
