@@ -5,14 +5,10 @@
     python -m jaxlab.data.prepare --tokenizer=gpt2 --input=hf:Skylion007/openwebtext --output=DIR
     python -m jaxlab.data.prepare --tokenizer=runs/kjv_bpe.json --input=kjv --output=DIR
 
-Inputs (``--input``, repeatable or comma-separated): ``kjv`` (the shipped King James Bible, one
-document per book, validation = the books of :data:`jaxlab.data.corpus.KJV_VALIDATION_BOOKS`); a
-text file (documents separated by two or more blank lines, as :mod:`jaxlab.data.corpus` reads
-it); a JSONL file (``.jsonl`` or ``.jsonl.gz``, one document per line in ``--text_field``); a
-directory (its ``*.jsonl[.gz]`` files, and its ``*.txt`` files as one document each); or
-``hf:NAME[:CONFIG]``, a Hugging Face ``datasets`` dataset (imported only then). Outside the KJV, a
-document goes to validation when the hash of its source and index falls below
-``--validation_fraction``, so the split does not depend on the number of workers.
+Inputs (``--input``, repeatable or comma-separated) and the train/validation split are read by
+:mod:`jaxlab.data.sources` (shared with the tokenizer trainer): ``kjv``, text files, JSONL files,
+directories of them, or ``hf:NAME[:CONFIG]``; outside the KJV a document goes to validation when
+the hash of its source and index falls below ``--validation_fraction``.
 
 Work is divided into units (a file, a group of 1,000 one-document files, or a block of
 ``--hf_chunk_docs`` dataset rows) processed in parallel by ``--workers`` processes. Each unit
@@ -21,131 +17,40 @@ before every document, the document start offsets beside each shard, and a sidec
 the counts, sha256 sums and the position where the next shard begins; a unit's marker in
 ``units/`` is written when it is complete, and ``index.json`` (:mod:`jaxlab.data.shards`) when all
 are. Re-running the same command resumes: finished shards are verified against their checksums and
-kept, a unit continues after its last good shard, and a damaged or missing shard is rebuilt. A
-different tokenizer or settings on the same ``--output`` is refused.
+kept, a unit continues after its last good shard, and a damaged or missing shard, sidecar or unit
+marker is rebuilt. A different tokenizer or settings on the same ``--output`` is refused once a
+shard has been written there; before that (a first attempt that failed on its input) the new
+settings replace the old. Bad input (binary or non-UTF-8 files, lines that are not JSON, a missing
+or null text field, inputs with no document) is a one-line error naming the file and line; Ctrl-C
+and a full disk end in one line too, and the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import hashlib
+import errno
 import json
 import multiprocessing as mp
 import os
 import pathlib
 import queue
+import shutil
+import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.data.corpus import KJV_VALIDATION_BOOKS, _clean, _from_file, load_kjv_books
 from jaxlab.data.shards import FORMAT, INDEX, SPLITS, file_sha256, token_dtype
+from jaxlab.data.sources import Unit, document_stream, is_validation, plan_units
 from jaxlab.data.tokenizer import DEFAULT_BOS, load_tokenizer
 
-__all__ = ["Unit", "main", "plan_units", "prepare"]
+__all__ = ["main", "prepare"]
 
-_FILES_PER_UNIT = 1000
 _ENCODE_BATCH = 256  # documents per tokenizer call
-
-
-@dataclasses.dataclass(frozen=True)
-class Unit:
-    """One piece of work: ``kind`` is kjv | text | jsonl | files | hf."""
-
-    key: str  # stable name; the validation hash of a document is over (key, document index)
-    kind: str
-    paths: tuple[str, ...] = ()
-    hf: tuple[str, str, str, int, int] = ("", "", "", 0, 0)  # name, config, split, start, stop
-
-
-def _hf_dataset(name: str, config: str, split: str):
-    try:
-        import datasets  # optional and slow to import: only for hf: inputs
-    except ImportError as e:
-        raise ConfigError(
-            f"input 'hf:{name}' needs the Hugging Face `datasets` package (pip install datasets) "
-            "and the network (or its cache)"
-        ) from e
-    return datasets.load_dataset(name, config or None, split=split)
-
-
-def plan_units(inputs: list[str], hf_split: str = "train", hf_chunk_docs: int = 250_000):
-    """The units of work for the inputs, in the order their shards enter the index."""
-    units: list[Unit] = []
-    for spec in inputs:
-        if spec == "kjv":
-            units.append(Unit("kjv", "kjv"))
-        elif spec.startswith("hf:"):
-            name, _, config = spec[3:].partition(":")
-            total = len(_hf_dataset(name, config, hf_split))
-            for start in range(0, total, hf_chunk_docs):
-                stop = min(start + hf_chunk_docs, total)
-                units.append(Unit(spec, "hf", hf=(name, config, hf_split, start, stop)))
-        else:
-            path = pathlib.Path(spec).expanduser()
-            if path.is_dir():
-                before = len(units)
-                for f in sorted(path.glob("*.jsonl")) + sorted(path.glob("*.jsonl.gz")):
-                    units.append(Unit(str(f), "jsonl", (str(f),)))
-                txt = [str(f) for f in sorted(path.glob("*.txt"))]
-                for i in range(0, len(txt), _FILES_PER_UNIT):
-                    group = tuple(txt[i : i + _FILES_PER_UNIT])
-                    units.append(Unit(f"{path}/*.txt@{i}", "files", group))
-                if len(units) == before:
-                    raise ConfigError(f"input directory {path} has no *.txt or *.jsonl files")
-            elif path.is_file():
-                kind = "jsonl" if path.name.endswith((".jsonl", ".jsonl.gz")) else "text"
-                units.append(Unit(str(path), kind, (str(path),)))
-            else:
-                raise ConfigError(
-                    f"unknown input {spec!r}: expected kjv, hf:NAME[:CONFIG], or an existing "
-                    "text/JSONL file or directory"
-                )
-    if not units:
-        raise ConfigError("no input: pass --input=kjv, a file, a directory or hf:NAME")
-    return units
-
-
-def _documents(unit: Unit, text_field: str) -> Iterator[tuple[int, bytes, str | None]]:
-    """``(index, document, split or None)``; None means: split by hash."""
-    if unit.kind == "kjv":
-        for i, (name, text) in enumerate(load_kjv_books("all")):
-            yield i, text, "validation" if name in KJV_VALIDATION_BOOKS else "train"
-    elif unit.kind == "text":
-        for i, doc in enumerate(_from_file(pathlib.Path(unit.paths[0]))):
-            yield i, doc, None
-    elif unit.kind == "files":
-        for i, path in enumerate(unit.paths):
-            yield i, _clean(pathlib.Path(path).read_bytes()), None
-    elif unit.kind == "jsonl":
-        path = unit.paths[0]
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                if line.strip():
-                    record = json.loads(line)
-                    if text_field not in record:
-                        raise ConfigError(f"{path} line {i + 1} has no {text_field!r} field")
-                    yield i, _clean(record[text_field].encode("utf-8")), None
-    else:
-        name, config, split, start, stop = unit.hf
-        ds = _hf_dataset(name, config, split)
-        if text_field not in ds.column_names:
-            raise ConfigError(f"dataset {name!r} has no {text_field!r} column ({ds.column_names})")
-        for lo in range(start, stop, _ENCODE_BATCH):
-            texts = ds[lo : min(lo + _ENCODE_BATCH, stop)][text_field]
-            for j, text in enumerate(texts):
-                yield lo + j, _clean(text.encode("utf-8")), None
-
-
-def _is_validation(key: str, index: int, fraction: float) -> bool:
-    h = int.from_bytes(hashlib.sha256(f"{key}:{index}".encode()).digest()[:8], "big")
-    return h % 1_000_000 < round(fraction * 1_000_000)
 
 
 def _save(path: pathlib.Path, array: np.ndarray) -> None:
@@ -184,7 +89,10 @@ class _SplitWriter:
             tokens, docs, side = self._paths(k)
             if not side.is_file():
                 break
-            meta = json.loads(side.read_text())
+            try:
+                meta = json.loads(side.read_text())
+            except ValueError:  # a damaged sidecar: rebuild from this shard on
+                break
             ok = tokens.is_file() and docs.is_file()
             if not (ok and file_sha256(tokens) == meta["sha256"]):
                 break
@@ -254,7 +162,11 @@ class _SplitWriter:
         self.shards.append(meta)
 
 
-def _verified(out: pathlib.Path, marker: dict[str, Any]) -> bool:
+def _verified(out: pathlib.Path, marker: Any) -> bool:
+    if not isinstance(marker, dict) or not isinstance(marker.get("documents"), int):
+        return False
+    if any(not isinstance(marker.get(s), list) for s in SPLITS):
+        return False
     for split in SPLITS:
         for shard in marker[split]:
             for key, sha in (("file", "sha256"), ("docs_file", "docs_sha256")):
@@ -271,8 +183,11 @@ def _prepare_unit(job: tuple[int, Unit, dict[str, Any], str], progress=None) -> 
     progress = progress or _report
     marker_path = out / "units" / f"u{unit_no:05d}.json"
     if marker_path.is_file():
-        marker = json.loads(marker_path.read_text())
-        if _verified(out, marker):
+        try:
+            marker = json.loads(marker_path.read_text())
+        except ValueError:
+            marker = None  # damaged: rebuilt below
+        if marker is not None and _verified(out, marker):
             progress(marker["documents"], sum(s["tokens"] for sp in SPLITS for s in marker[sp]))
             return marker
         marker_path.unlink()  # damaged: the writers keep its good shards and rebuild the rest
@@ -292,8 +207,8 @@ def _prepare_unit(job: tuple[int, Unit, dict[str, Any], str], progress=None) -> 
         progress(len(batch), sum(len(i) + 1 for i in ids))
 
     batch: list[tuple[int, bytes, str]] = []
-    for index, doc, split in _documents(unit, settings["text_field"]):
-        split = split or ("validation" if _is_validation(unit.key, index, fraction) else "train")
+    for index, doc, split in document_stream(unit, settings["text_field"]):
+        split = split or ("validation" if is_validation(unit.key, index, fraction) else "train")
         documents += 1
         if doc and writers[split].wants(index):
             batch.append((index, doc, split))
@@ -315,6 +230,8 @@ _QUEUE: Any = None
 def _init_worker(q) -> None:
     global _QUEUE
     _QUEUE = q
+    # Ctrl-C reaches the whole process group: the parent reports it once and stops the pool.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _report(docs: int, tokens: int) -> None:
@@ -364,18 +281,10 @@ def prepare(
         "text_field": text_field,
     }
     settings = json.loads(json.dumps(settings))  # as read back (tuples become lists)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {out} is a file; pass a directory (new or to resume)")
     out.mkdir(parents=True, exist_ok=True)
-    settings_path = out / "settings.json"
-    if settings_path.is_file():
-        old = json.loads(settings_path.read_text())
-        changed = sorted(k for k in settings.keys() | old.keys() if old.get(k) != settings.get(k))
-        if changed:
-            raise ConfigError(
-                f"{out} holds a corpus prepared with other settings ({', '.join(changed)}); "
-                "use another --output, or delete it to start again"
-            )
-    else:
-        _write_atomic(settings_path, lambda p: p.write_text(json.dumps(settings, indent=1)))
+    _claim(out, settings)
     jobs = [(i, u, settings, str(out)) for i, u in enumerate(units)]
     # Documents are counted in advance only where that is free (the KJV, a dataset's length).
     counts = [{"kjv": 66, "hf": u.hf[4] - u.hf[3]}.get(u.kind) for u in units]
@@ -403,8 +312,43 @@ def prepare(
                         pass
                 markers = pending.get()
     index = _index(settings, markers)
+    if index["splits"]["train"]["documents"] == 0:
+        found = sum(m["documents"] for m in markers)
+        raise ConfigError(
+            f"the inputs {', '.join(inputs)} hold {found} non-empty document(s) and none for "
+            "training; pass text (or lower --validation_fraction)"
+        )
     _write_atomic(out / INDEX, lambda p: p.write_text(json.dumps(index, indent=1)))
     return index
+
+
+def _has_shards(out: pathlib.Path) -> bool:
+    return any(next((out / split).glob("*.npy"), None) for split in SPLITS)
+
+
+def _claim(out: pathlib.Path, settings: dict[str, Any]) -> None:
+    """Records ``settings`` in ``out``, or refuses an ``out`` holding shards made otherwise.
+
+    A directory with no shard yet holds nothing to keep (a first attempt that failed on its
+    input, or was stopped at once): the new settings replace the old, and its unit markers go.
+    """
+    settings_path = out / "settings.json"
+    if settings_path.is_file():
+        try:
+            old = json.loads(settings_path.read_text())
+        except ValueError:
+            old = {"settings.json": "damaged"}
+        changed = sorted(k for k in settings.keys() | old.keys() if old.get(k) != settings.get(k))
+        if not changed:
+            return
+        if _has_shards(out):
+            raise ConfigError(
+                f"{out} holds a corpus prepared with other settings ({', '.join(changed)}); "
+                "use another --output, or delete it to start again"
+            )
+        for marker in (out / "units").glob("*.json"):
+            marker.unlink()
+    _write_atomic(settings_path, lambda p: p.write_text(json.dumps(settings, indent=1)))
 
 
 def _index(settings: dict[str, Any], markers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -460,6 +404,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: re-run the same command to resume {args.output}", file=sys.stderr)
+        return 130
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        out = pathlib.Path(args.output).expanduser()
+        free = shutil.disk_usage(out if out.exists() else out.parent).free / 2**20
+        print(
+            f"error: no space left on the device of {out} ({free:.0f} MiB free); free some and "
+            "re-run the same command to resume",
+            file=sys.stderr,
+        )
+        return 1
     tok = index["tokenizer"]
     print(f"wrote {args.output}/{INDEX}: tokenizer {tok['name']} (vocab {tok['vocab_size']})")
     for split, info in index["splits"].items():

@@ -14,6 +14,10 @@ encoding treats special-token text inside a document as ordinary text
 Training a byte-level BPE offline (the shipped KJV's training books by default)::
 
     python -m jaxlab.data.tokenizer --input=kjv --vocab_size=4096 --output=runs/kjv_bpe.json
+
+The trainer reads its inputs as :mod:`jaxlab.data.prepare` does (:mod:`jaxlab.data.sources`: the
+same file kinds, JSONL's ``--text_field``, the same ``--validation_fraction``), and trains on the
+training split only, so the validation text that ``prepare`` sets aside is never seen.
 """
 
 from __future__ import annotations
@@ -202,21 +206,40 @@ def train_bpe(docs: Iterable[bytes], vocab_size: int, bos: str = DEFAULT_BOS) ->
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m jaxlab.data.tokenizer``: trains a byte-level BPE, saves it as one JSON file."""
-    from jaxlab.data.corpus import load_documents
+    from jaxlab.data.sources import split_documents
 
     parser = argparse.ArgumentParser(description="Train a byte-level BPE on a corpus, offline.")
-    parser.add_argument("--input", default="kjv", help="kjv | text file | directory | hf:NAME")
+    parser.add_argument("--input", action="append", help="kjv|FILE|DIR|hf:NAME (default kjv)")
     parser.add_argument("--vocab_size", type=int, default=4096)
     parser.add_argument("--output", required=True, help="where to write tokenizer.json")
     parser.add_argument("--bos", default=DEFAULT_BOS, help="BOS token text (special token 0)")
+    parser.add_argument("--text_field", default="text", help="JSONL field holding the text")
+    parser.add_argument("--validation_fraction", type=float, default=0.01, help="as prepare's")
+    parser.add_argument("--hf_split", default="train")
     args = parser.parse_args(argv)
+    inputs = [part for spec in args.input or ["kjv"] for part in spec.split(",") if part]
+    out = pathlib.Path(args.output).expanduser()
     try:
-        docs = load_documents(args.input, "train")  # validation text stays unseen
+        if out.is_dir():
+            raise ConfigError(f"--output {out} is a directory; pass a file path (tokenizer.json)")
+        docs = list(
+            split_documents(
+                inputs,
+                "train",  # validation text stays unseen
+                validation_fraction=args.validation_fraction,
+                text_field=args.text_field,
+                hf_split=args.hf_split,
+            )
+        )
+        if not docs:
+            raise ConfigError(f"the inputs {', '.join(inputs)} hold no training text")
         bpe = train_bpe(docs, args.vocab_size, args.bos)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = pathlib.Path(args.output).expanduser()
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written", file=sys.stderr)
+        return 130
     out.parent.mkdir(parents=True, exist_ok=True)
     bpe.tokenizer.save(str(out))
     ident = load_tokenizer(str(out), args.bos).identity()
