@@ -75,6 +75,9 @@ def _literal_options(tp: Any) -> tuple[Any, ...] | None:
     return None
 
 
+MAX_STEPS = 10**9  # no run here trains more steps; a larger count is a typo
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Fields of the shared training loop (:func:`jaxlab.core.loop.run_training`).
@@ -111,6 +114,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(self.steps > 0, f"train.steps must be positive, got {self.steps}")
+        # A typo such as 1e12 would start a run that can never finish and, once checkpointed,
+        # block the intended command in that workdir ("steps below the checkpoint").
+        check(
+            self.steps <= MAX_STEPS,
+            f"train.steps={self.steps} is more than {MAX_STEPS:,} steps; give the steps to train",
+        )
         check(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
         check(
             0 < self.learning_rate < math.inf,

@@ -163,6 +163,24 @@ def _check_resumable(workdir: pathlib.Path, record: dict[str, Any]) -> None:
         )
 
 
+def _check_not_inside_a_run(workdir: pathlib.Path) -> None:
+    """Refuses a workdir inside another run's workdir (its sub-runs' files would be overwritten,
+    and every later re-run of that run would break)."""
+    for parent in workdir.expanduser().resolve().parents:
+        record = parent / "config.json"
+        if not record.is_file():
+            continue
+        try:
+            owner = json.loads(record.read_text()).get("experiment")
+        except (ValueError, AttributeError, OSError):
+            continue
+        if owner:
+            raise ConfigError(
+                f"--workdir {workdir} lies inside {parent}, the workdir of a {owner} run; "
+                "use a directory outside it"
+            )
+
+
 def launch(
     exp_dir: str | pathlib.Path,
     name: str,
@@ -182,6 +200,7 @@ def launch(
     preset, cfg = resolve_config(module, overrides or {}, smoke)
     if workdir is None:
         workdir = pathlib.Path("runs") / (f"{name}_smoke" if smoke else name)
+    _check_not_inside_a_run(pathlib.Path(workdir))
     workdir = prepare_workdir(workdir)
     # Multi-process start-up first, so that each process locks its own file (by process index).
     from jaxlab.core.mesh import maybe_initialize_distributed  # deferred: it imports JAX

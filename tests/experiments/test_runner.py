@@ -109,6 +109,10 @@ BAD_INPUT = [
      "metrics.jsonl is damaged at line 2"),
     ("other-config", [*SMOKE4, "--workdir", "{w}"], _other_config, 1,
      "holds a run with a different config (config.data)"),
+    ("absurd-steps", [*LM, "--set", "train.steps=1e12"], None, 2,
+     "train.steps=1000000000000 is more than 1,000,000,000 steps"),
+    ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
+     "lies inside"),
 ]  # fmt: skip
 
 
