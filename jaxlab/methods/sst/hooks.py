@@ -8,7 +8,9 @@ SST (Zhao et al., ICML 2025, Algorithm 1). Every ``T₃`` steps each spectral la
 ``r`` active pairs (:func:`~jaxlab.methods.sst.sampling.sample_active` on the current ``s``) and
 permutes its columns so that they come first (``M`` is unchanged). Optimizer moments follow their
 columns: a pair that stays active keeps its moments, a pair that leaves drops them, a pair that
-enters starts from zero; the moments of ``s`` are permuted with it. The first redraw of every round
+enters starts from zero; the moments of ``s`` are permuted with it. The per-column step counts of
+:func:`~jaxlab.methods.sst.optim.scale_by_column_adam` move with their moments, so an entering pair
+restarts its bias correction. The first redraw of every round
 (``round_redraws``, default ⌈k/r⌉ redraws) is preceded by a re-SVD, ``U, s, V ← svd(U diag(s)
 Vᵀ)``: it restores orthonormal singular vectors (each trained column drifts off the others) without
 changing ``M``; all the layer's moments restart at zero, since its coordinates are new.
@@ -67,6 +69,8 @@ def redraw(state: TrainState, key: jax.Array, redraw_index: jax.Array, cfg: SSTC
         for name, fn in (("u_active", vectors), ("v_active", vectors), ("s", values)):
             shape = getattr(layer, name).shape
             edit_param_state(state.optimizer, (*path, name), shape, fn)
+            if name != "s":  # the per-column step counts (1, r) follow their columns too
+                edit_param_state(state.optimizer, (*path, name), (1, shape[1]), fn)
     return state
 
 

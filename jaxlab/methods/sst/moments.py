@@ -4,8 +4,9 @@ optax keeps its moments in trees shaped like the parameters (``mu``, ``nu`` of A
 chain or ``multi_transform``). A hook that changes which columns a parameter holds (SST's redraw) or
 restarts a parameter (ReLoRA*'s merge, a re-SVD) edits the matching entries of every such tree:
 :func:`edit_param_state` finds each optimizer-state leaf whose path ends with a parameter's path
-and has its shape, and replaces it by ``fn(leaf)``. Scalars such as Adam's step count are shared by
-all parameters and are never touched.
+and has the given shape, and replaces it by ``fn(leaf)``. A shared scalar such as ``optax.adam``'s
+step count is never touched; per-column counts (shaped ``(1, r)``) are edited by asking for that
+shape.
 """
 
 from __future__ import annotations

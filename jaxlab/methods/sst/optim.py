@@ -9,9 +9,19 @@
 * :func:`spectral_projection` — after the optimizer: ``s ← max(s, 0)`` (singular values stay
   non-negative) and each updated ``u_i``, ``v_i`` back to unit length (Algorithm 1). Written as an
   update ``new - old``; ``old + (max(q, 0) - old)`` is exactly non-negative in floating point.
+* :func:`scale_by_column_adam` — Adam whose step count, and so bias correction, is kept per
+  active column of the singular vectors and per singular value (one count per other array). A
+  redraw zeroes an entering pair's moments (:mod:`jaxlab.methods.sst.hooks`) and its count with
+  them, so the pair's first update is a fresh Adam step; with one shared count, as in
+  ``optax.adam``, a newcomer's first steps would be damped by ``(1 - b1) / (1 - b1^t) ...`` for
+  the run's whole ``t`` (about 0.45, 0.61, 0.72, ... of a normal step at b1 = 0.9, b2 = 0.95).
+  Without redraws it equals ``optax.scale_by_adam`` exactly (tested).
 * :func:`make_method_optimizer` — the optimizer of each method at one recipe (the loop's schedule,
   clipping, AdamW's betas and weight decay): AdamW for ``full``, ``lora`` and ``relora`` (only the
-  trainable arrays have state), SST's chain, GaLore's (:mod:`jaxlab.methods.sst.galore`).
+  trainable arrays have state), SST's chain, GaLore's (:mod:`jaxlab.methods.sst.galore`). Every
+  chain clips the raw gradients first: SST's division by ``s_i`` comes after the global-norm clip,
+  so a small ``s_i`` cannot shrink the other gradients of the step through the clip (the paper
+  does not state the order; this is jaxlab's choice).
 
 The transformations find a spectral layer's arrays by their parameter names (``s``, ``u_active``,
 ``v_active``, siblings in the tree), so they work on any model and leave other parameters alone.
@@ -19,7 +29,7 @@ The transformations find a spectral layer's arrays by their parameter names (``s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,9 +41,11 @@ from jaxlab.methods.sst.galore import scale_by_galore
 from jaxlab.methods.sst.moments import key_path
 
 __all__ = [
+    "ColumnAdamState",
     "enhanced_gradient",
     "make_method_optimizer",
     "optimizer_state_bytes",
+    "scale_by_column_adam",
     "spectral_projection",
 ]
 
@@ -44,6 +56,14 @@ def _by_path(tree: Any) -> dict[tuple, jax.Array]:
     return {key_path(p): x for p, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+def _spectral_leaf(keys: tuple, flat: dict[tuple, jax.Array]) -> str | None:
+    """The leaf's name (``s``, ``u_active``, ``v_active``) if it belongs to a spectral layer."""
+    parent, name = keys[:-1], keys[-1] if keys else None
+    if name in (*VECTORS, "s") and parent + ("s",) in flat and parent + (VECTORS[0],) in flat:
+        return name
+    return None
+
+
 def _map_spectral(fn, updates: Any, params: Any) -> Any:
     """``fn(name, update, param, s)`` on every spectral-layer leaf (others unchanged)."""
     if params is None:
@@ -52,10 +72,8 @@ def _map_spectral(fn, updates: Any, params: Any) -> Any:
 
     def one(path, g):
         keys = key_path(path)
-        parent, name = keys[:-1], keys[-1] if keys else None
-        if name in (*VECTORS, "s") and parent + ("s",) in flat and parent + (VECTORS[0],) in flat:
-            return fn(name, g, flat[keys], flat[parent + ("s",)])
-        return g
+        name = _spectral_leaf(keys, flat)
+        return g if name is None else fn(name, g, flat[keys], flat[keys[:-1] + ("s",)])
 
     return jax.tree_util.tree_map_with_path(one, updates)
 
@@ -90,6 +108,55 @@ def spectral_projection() -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
+class ColumnAdamState(NamedTuple):
+    """Adam's moments and the step counts of :func:`scale_by_column_adam`.
+
+    ``count`` has, per parameter, one entry per active column (``(1, r)`` for ``u_active`` and
+    ``v_active``), one per singular value (``(k,)`` for ``s``), or one for the array (``()``).
+    """
+
+    count: Any
+    mu: Any
+    nu: Any
+
+
+def _count_like(params: Any) -> Any:
+    flat = _by_path(params)
+
+    def one(path, p):
+        name = _spectral_leaf(key_path(path), flat)
+        shape = () if name is None else p.shape if name == "s" else (1, p.shape[1])
+        return jnp.zeros(shape, jnp.int32)
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+def scale_by_column_adam(
+    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> optax.GradientTransformation:
+    """Adam with a step count per active column and singular value (see the module docstring)."""
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return ColumnAdamState(_count_like(params), zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None):
+        del params
+        count = jax.tree.map(lambda c: c + 1, state.count)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+
+        def step(m, v, c):
+            c = c.astype(m.dtype)
+            m_hat = m / (1 - jnp.asarray(b1, m.dtype) ** c)
+            v_hat = v / (1 - jnp.asarray(b2, m.dtype) ** c)
+            return m_hat / (jnp.sqrt(v_hat) + eps)
+
+        return jax.tree.map(step, mu, nu, count), ColumnAdamState(count, mu, nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def _decay_mask(params: Any) -> Any:
     """Weight decay on matrices, except SST's unit-norm singular vectors."""
     return jax.tree_util.tree_map_with_path(
@@ -111,12 +178,19 @@ def make_method_optimizer(
             optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
             optax.scale_by_learning_rate(schedule),
         )
+    if sst.method == "sst":
+        return optax.chain(
+            clip,
+            enhanced_gradient(),
+            scale_by_column_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
+            optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
+            optax.scale_by_learning_rate(schedule),
+            spectral_projection(),
+        )
     adamw = optax.adamw(
         schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
         mask=_decay_mask,
     )  # fmt: skip
-    if sst.method == "sst":
-        return optax.chain(enhanced_gradient(), clip, adamw, spectral_projection())
     return optax.chain(clip, adamw)
 
 

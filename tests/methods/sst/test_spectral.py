@@ -155,7 +155,7 @@ def test_a_step_keeps_frozen_columns_and_normalises_the_updated_ones(stepped):
 def test_optimizer_state_holds_only_the_active_columns(stepped):
     graphdef, state, _, tx = stepped
     ts = merge_state(graphdef, state)
-    mu = ts.optimizer.opt_state[2][0].mu  # chain: enhance, clip, adamw(scale_by_adam, ...)
+    mu = ts.optimizer.opt_state[2].mu  # chain: clip, enhance, column adam, decay, lr, projection
     for path, layer in _layers(graphdef, state):
         node = mu
         for key in path:
@@ -175,10 +175,11 @@ def test_redraw_and_resvd_keep_the_matrix_and_move_the_moments(stepped):
     ts = merge_state(graphdef, after)
     path, layer = linear_layers(ts.model, Spectral)[0]
     w = np.asarray(layer.dense_matrix(), np.float64)
-    mu = ts.optimizer.opt_state[2][0].mu
+    mu, count = ts.optimizer.opt_state[2].mu, ts.optimizer.opt_state[2].count
     for key in path:
-        mu = mu[key]
+        mu, count = mu[key], count[key]
     mu_u, mu_s = np.asarray(mu["u_active"][...]), np.asarray(mu["s"][...])
+    np.testing.assert_array_equal(count["u_active"][...], [[2] * SST.rank])  # two steps so far
     u_old = np.asarray(layer.factors()[0])
     assert _orthonormality_error(u_old) > 1e-4  # training moved U off orthonormality
 
@@ -192,6 +193,9 @@ def test_redraw_and_resvd_keep_the_matrix_and_move_the_moments(stepped):
     for j in range(SST.rank):  # stayers keep their moments, entering pairs start at zero
         want = mu_u[:, perm[j]] if perm[j] < SST.rank else 0.0
         np.testing.assert_array_equal(mu["u_active"][...][:, j], want)
+        for name in ("u_active", "v_active"):  # and their step counts (fresh bias correction)
+            assert int(count[name][...][0, j]) == (2 if perm[j] < SST.rank else 0)
+    assert any(p >= SST.rank for p in perm[: SST.rank])  # some pair did enter
 
     # The start of a round: re-SVD, then redraw.
     redraw(ts, jax.random.key(6), jnp.asarray(2), SST)
