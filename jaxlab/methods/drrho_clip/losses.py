@@ -44,6 +44,7 @@ __all__ = [
     "distill_loss",
     "drrho_loss",
     "drrho_surrogate",
+    "gate_off",
     "gcl_loss",
     "init_tables",
     "margins",
@@ -128,6 +129,35 @@ def anchor_log_terms(
         anchor_BD, candidate_ND, ref_anchor_BD, ref_candidate_ND, tau=tau, offset=offset
     )
     return _log_eps_mean(d_BN, neg_BN, eps, candidate_ND.shape[0] - 1)
+
+
+def gate_off(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"] | None,
+    ref_txt_BE: Float[Array, "B E"] | None,
+    *,
+    tau: float,
+    eps: float,
+) -> Bool[Array, "2 B"]:
+    """Which anchors the ε of Eq. (9) switches off: image anchors (row 0) and text anchors (row 1).
+
+    An anchor's gradient weight in ``log(ε + m_i)``, ``m_i = (1/(B−1)) Σ_{j≠i} exp(d_ij)``, is
+    ``m_i / (ε + m_i)``; it is off (weight below 1/2) when ``m_i < ε``, that is when its
+    reference-adjusted margins lie below about ``−τ ln(1/ε)``. With ε = 0 no anchor is off.
+    """
+    if eps == 0:
+        return jnp.zeros((2, img_BD.shape[0]), bool)
+    count = img_BD.shape[0] - 1
+    rows = []
+    for anchor, cand, r_anchor, r_cand in (
+        (img_BD, txt_BD, ref_img_BE, ref_txt_BE),
+        (txt_BD, img_BD, ref_txt_BE, ref_img_BE),
+    ):
+        d_BN, neg_BN = margins(anchor, cand, r_anchor, r_cand, tau=tau)
+        log_mean = jax.nn.logsumexp(jnp.where(neg_BN, d_BN, -jnp.inf), axis=1) - math.log(count)
+        rows.append(log_mean < math.log(eps))
+    return jnp.stack(rows)
 
 
 def drrho_loss(

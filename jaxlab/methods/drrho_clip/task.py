@@ -22,8 +22,11 @@ or its parameters (``"online"``: embeddings computed in each step under ``stop_g
 per-sample tables (log u for image and text anchors, first-visit flags) are task state too.
 
 Metrics: in training ``loss`` is the objective's value — F itself (not the surrogate) for GCL and
-DRRho; in evaluation ``loss`` is the CLIP loss of the eval batch for every objective (one yardstick)
-and ``zero_shot_acc`` the zero-shot accuracy of the batch's images with the class prompts.
+DRRho, which also log ``gate_off``, the share of anchors (image and text) that the ε of Eq. (9)
+switches off (:func:`.losses.gate_off`), and ``gate_off_noisy``, the share of those whose pair is
+one of the renderer's mismatched (noisy) pairs (0 when none is off); in evaluation ``loss`` is the
+CLIP loss of the eval batch for every objective (one yardstick) and ``zero_shot_acc`` the zero-shot
+accuracy of the batch's images with the class prompts.
 """
 
 from __future__ import annotations
@@ -212,6 +215,10 @@ class CLIPTask:
             objective, tables = surrogate(
                 img, txt, r_img, r_txt, tables, batch["index"], tau=c.tau, eps=c.eps, gamma=c.gamma
             )
+            off = L.gate_off(img, txt, r_img, r_txt, tau=c.tau, eps=c.eps)
+            noisy = jnp.broadcast_to(~batch["matched"], off.shape)
+            metrics["gate_off"] = jnp.mean(off)
+            metrics["gate_off_noisy"] = jnp.sum(off & noisy) / jnp.maximum(jnp.sum(off), 1)
             value = D.sharded_drrho_loss if sharded else L.drrho_loss
             metrics["loss"] = value(
                 jax.lax.stop_gradient(img),
@@ -243,7 +250,7 @@ class CLIPTask:
         return {name: x[chosen] for name, x in batch.items()}
 
     def _dataset(self, pairs: CaptionPairs, batch_size: int, seed: int, shuffle: bool):
-        images, tokens, labels = pairs.images, pairs.tokens, pairs.labels
+        images, tokens, labels, matched = pairs.images, pairs.tokens, pairs.labels, pairs.matched
 
         def gather(idx):
             return {
@@ -251,6 +258,7 @@ class CLIPTask:
                 "tokens": tokens[idx],
                 "label": labels[idx],
                 "index": idx.astype(np.int32),
+                "matched": matched[idx],
             }
 
         return index_batch_dataset(

@@ -234,3 +234,30 @@ def test_drrho_risks_against_numpy():
     assert np.all(jax.grad(lambda r: drrho_risk_kl(loss, r, tau=0.5))(ref) == 0)
     with pytest.raises(ConfigError, match="alpha"):
         drrho_risk_cvar(loss, ref, alpha=0.0)
+
+
+def test_gate_off_against_a_numpy_count(x64):
+    # The ε gate of Eq. (9): anchor i is off when m_i = (1/(B−1)) Σ_{j≠i} exp(d_ij) < ε, with d the
+    # reference-adjusted margins over τ; ε is put between the anchors' m values so both kinds occur.
+    from jaxlab.methods.drrho_clip.losses import gate_off
+
+    rng = np.random.default_rng(11)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    img, txt, rimg, rtxt = (unit(rng.standard_normal((6, 4))) for _ in range(4))
+    tau = 0.5
+
+    def m(a, c, ra, rc):
+        s, r = a @ c.T, ra @ rc.T
+        d = ((s - np.diag(s)[:, None]) - (r - np.diag(r)[:, None])) / tau
+        off_diag = ~np.eye(len(a), dtype=bool)
+        return np.array([np.exp(d[i][off_diag[i]]).mean() for i in range(len(a))])
+
+    m_img, m_txt = m(img, txt, rimg, rtxt), m(txt, img, rtxt, rimg)
+    eps = float(np.median(np.concatenate([m_img, m_txt])))
+    want = np.stack([m_img < eps, m_txt < eps])
+    assert 0 < want.sum() < want.size
+    got = gate_off(*map(jnp.asarray, (img, txt, rimg, rtxt)), tau=tau, eps=eps)
+    np.testing.assert_array_equal(got, want)
+    assert not np.asarray(
+        gate_off(*map(jnp.asarray, (img, txt, rimg, rtxt)), tau=tau, eps=0.0)
+    ).any()

@@ -214,6 +214,11 @@ def test_each_pair_is_scored_against_its_own_reference_rows(objective, data, ref
     rng = np.random.default_rng(5)
     rows = rng.standard_normal((2, len(data[0].images), MLP.embed_dim)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=-1, keepdims=True)
+    # A reference that knows the noise: a clean pair's text row is near its image row, a noisy
+    # pair's opposite it, so the ε gate switches the noisy anchors off.
+    sign = np.where(data[0].matched, 1.0, -1.0).astype(np.float32)[:, None]
+    rows[1] = sign * rows[0] + 0.3 * rows[1]
+    rows[1] /= np.linalg.norm(rows[1], axis=-1, keepdims=True)
     state = {**state, "ref_img": jax.numpy.asarray(rows[0]), "ref_txt": jax.numpy.asarray(rows[1])}
     batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 3)).items()}
     ids = np.asarray(batch["index"])
@@ -233,3 +238,12 @@ def test_each_pair_is_scored_against_its_own_reference_rows(objective, data, ref
     rolled = expected(rows[0][np.roll(ids, 1)], rows[1][np.roll(ids, 1)])
     np.testing.assert_allclose(float(metrics["loss"]), right, rtol=1e-5)
     assert abs(rolled - right) > 1e-3 * abs(right)
+    # The ε-gate statistics on the same rows: the share of anchors off, and of those, the share
+    # whose pair the renderer made noisy.
+    off = np.asarray(L.gate_off(img, txt, rows[0][ids], rows[1][ids], tau=cfg.tau, eps=cfg.eps))
+    noisy = np.broadcast_to(~np.asarray(batch["matched"]), off.shape)
+    np.testing.assert_allclose(float(metrics["gate_off"]), off.mean())
+    np.testing.assert_allclose(
+        float(metrics["gate_off_noisy"]), (off & noisy).sum() / max(off.sum(), 1)
+    )
+    assert 0 < off.mean() < 1 and (off & noisy).sum() > 0
