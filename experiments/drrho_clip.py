@@ -26,14 +26,15 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from jaxlab.core.config import TrainConfig
+from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.metrics import MetricWriter, read_metrics, write_json
+from jaxlab.core.metrics import MetricWriter, write_json
 from jaxlab.core.plots import plot_bars, plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, read_curve, run_dir, sweep
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
-from jaxlab.methods.drrho_clip.pipeline import DataConfig, evaluate, make_splits, train
+from jaxlab.methods.drrho_clip.pipeline import DataConfig, Splits, evaluate, make_splits, train
 from jaxlab.methods.drrho_clip.task import LossConfig
 
 METHODS = ("clip", "gcl", "jest", "kd", "drrho", "drrho_kd")
@@ -47,7 +48,10 @@ class Config:
     data: DataConfig = DataConfig()
     loss: LossConfig = LossConfig()  # τ, ε, γ, KD weight, JEST fraction; objective set per run
     methods: tuple[str, ...] = METHODS
-    seeds: int = 4
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
+
+    def __post_init__(self) -> None:
+        check_seeds(self.seeds)
 
 
 def _train_cfg(steps: int, batch: int, lr: float, evals: int = 4, **kw) -> TrainConfig:
@@ -80,7 +84,7 @@ PRESETS = {
         reference_train=_train_cfg(8, 32, 3e-3, evals=1),
         data=DataConfig(train_pairs=256, reference_pairs=96, test_pairs=96, held_out_pairs=32),
         methods=("clip", "jest", "drrho"),
-        seeds=1,
+        seeds=(0,),
     ),
     # The ViT-B/16 run of the paper (Sec. 5, Appendix): τ fixed at 0.01, ε = 1e-4, γ = 1, global
     # batch 5120, lr 3.125e-4; towers at ViT-B width/depth on the 32-px canvas (patch 4).
@@ -90,7 +94,7 @@ PRESETS = {
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         data=DataConfig(train_pairs=1_000_000, reference_pairs=100_000),
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
-        seeds=1,
+        seeds=(0,),
     ),
 }
 
@@ -99,38 +103,54 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("drrho_clip", PRESETS, preset)
 
 
+def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -> Run:
+    """The reference or one target with one seed: its config and its training (core.sweep).
+
+    A target's run needs its seed's reference, which the sweep trains first (arms in order);
+    ``train`` on the finished reference's workdir only restores it. ``cache`` keeps each seed's
+    splits and reference for the runs that need them, so finished runs render and restore nothing.
+    """
+
+    def splits(seed: int) -> Splits:
+        if ("splits", seed) not in cache:
+            cache["splits", seed] = make_splits(dataclasses.replace(cfg.data, seed=seed))
+        return cache["splits", seed]
+
+    data = dataclasses.replace(cfg.data, seed=seed)
+    ref_loss = dataclasses.replace(cfg.loss, objective="clip")
+    ref_train = dataclasses.replace(cfg.reference_train, seed=seed)
+    config = {"model": to_dict(cfg.model), "data": to_dict(data),
+              "reference": {"loss": to_dict(ref_loss), "train": to_dict(ref_train)}}  # fmt: skip
+
+    def reference():
+        if ("reference", seed) not in cache:
+            s = splits(seed)
+            args = (cfg.model, ref_loss, ref_train, s.reference, s.test)
+            cache["reference", seed] = train(*args, run_dir(workdir, "reference", seed))[0]
+        return cache["reference", seed]
+
+    if arm == "reference":
+        return Run(config, lambda wd: evaluate(reference(), splits(seed)))
+    loss = dataclasses.replace(cfg.loss, objective=arm)
+    recipe = dataclasses.replace(cfg.train, seed=seed)
+
+    def fit(wd: pathlib.Path) -> dict:
+        s = splits(seed)
+        model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference())
+        return evaluate(model, s)
+
+    return Run({**config, "loss": to_dict(loss), "train": to_dict(recipe)}, fit)
+
+
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    per_seed: dict[str, list[dict[str, float]]] = {m: [] for m in ("reference", *cfg.methods)}
-    writer = MetricWriter(workdir, tensorboard=False)  # one row per seed: every method's scores
-
-    def record(seed: int) -> None:
-        row = {f"{m}_{k}": v for m, rows in per_seed.items() for k, v in rows[seed].items()}
-        writer.write(seed, row)
-
-    for seed in range(cfg.seeds):
-        splits = make_splits(dataclasses.replace(cfg.data, seed=seed))
-        ref_loss = dataclasses.replace(cfg.loss, objective="clip")
-        ref_train = dataclasses.replace(cfg.reference_train, seed=seed)
-        reference, _ = train(
-            cfg.model, ref_loss, ref_train, splits.reference, splits.test,
-            workdir / f"seed{seed}" / "reference",
-        )  # fmt: skip
-        per_seed["reference"].append(evaluate(reference, splits))
-        print(f"seed {seed} reference: {per_seed['reference'][-1]}", flush=True)
-        for method in cfg.methods:
-            model, _ = train(
-                cfg.model,
-                dataclasses.replace(cfg.loss, objective=method),
-                dataclasses.replace(cfg.train, seed=seed),
-                splits.train,
-                splits.test,
-                workdir / f"seed{seed}" / method,
-                reference=reference,
-            )
-            per_seed[method].append(evaluate(model, splits))
-            print(f"seed {seed} {method}: {per_seed[method][-1]}", flush=True)
-        record(seed)
-    writer.close()
+    arms = ("reference", *cfg.methods)
+    cache: dict = {}
+    per_seed = sweep(workdir, arms, cfg.seeds, lambda a, s: _run(cfg, a, s, workdir, cache))
+    with MetricWriter(workdir, tensorboard=False) as writer:  # one row per seed: every method's
+        for i, seed in enumerate(cfg.seeds):
+            for m in arms:
+                print(f"seed {seed} {m}: {per_seed[m][i]}", flush=True)
+            writer.write(seed, {f"{m}_{k}": v for m in arms for k, v in per_seed[m][i].items()})
     metrics = list(per_seed["reference"][0])
     results = {
         m: {k: mean_sd([r[k] for r in rows]) for k in metrics} for m, rows in per_seed.items()
@@ -139,15 +159,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     plot_bars(
         {k: {m: results[m][k]["mean"] for m in results} for k in metrics},
         workdir / "results.png",
-        title=f"drrho_clip: mean over {cfg.seeds} seed(s)",
+        title=f"drrho_clip: mean over {len(cfg.seeds)} seed(s)",
     )
     curves = {}
     for m in cfg.methods:
-        rows = [r for r in read_metrics(workdir / "seed0" / m) if "eval_zero_shot_acc" in r]
-        curves[m] = ([r["step"] for r in rows], [r["eval_zero_shot_acc"] for r in rows])
+        curves[m] = read_curve(run_dir(workdir, m, cfg.seeds[0]), "eval_zero_shot_acc", x="step")
     plot_curves(
         curves, workdir / "zero_shot_curves.png", xlabel="step",
-        ylabel="in-batch zero-shot accuracy (eval)", title="drrho_clip, seed 0",
+        ylabel="in-batch zero-shot accuracy (eval)", title=f"drrho_clip, seed {cfg.seeds[0]}",
     )  # fmt: skip
     zs = {m: results[m]["zero_shot_test"]["mean"] for m in results}
     headline = {f"zero_shot_{m}": v for m, v in zs.items()}
@@ -170,6 +189,6 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     headline["recall1_i2t_clip"] = results.get("clip", results["reference"])[
         "recall1_image_to_text"
     ]["mean"]
-    headline["seeds"] = cfg.seeds
+    headline["seeds"] = len(cfg.seeds)
     headline["steps"] = cfg.train.steps
     return {"results": results, "drrho_minus": paired, "headline": headline}

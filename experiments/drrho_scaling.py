@@ -21,14 +21,15 @@ import pathlib
 
 import numpy as np
 
-from jaxlab.core.config import TrainConfig, check
+from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter, write_json
 from jaxlab.core.plots import plot_scaling
 from jaxlab.core.scaling import fit_power_law, mean_sd
+from jaxlab.core.sweep import Run, check_seeds, run_dir, sweep
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
-from jaxlab.methods.drrho_clip.pipeline import DataConfig, evaluate, make_splits, train
+from jaxlab.methods.drrho_clip.pipeline import DataConfig, Splits, evaluate, make_splits, train
 from jaxlab.methods.drrho_clip.task import LossConfig
 
 
@@ -40,11 +41,11 @@ class Config:
     sizes: tuple[int, ...] = (1000, 2000, 4000, 8000)
     data: DataConfig = DataConfig()
     loss: LossConfig = LossConfig()
-    seeds: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)
 
     def __post_init__(self) -> None:
         check(len(self.sizes) >= 2 and min(self.sizes) > 1, "sizes: at least two sizes > 1")
-        check(self.seeds >= 1, "seeds must be >= 1")
+        check_seeds(self.seeds)
 
 
 def _train_cfg(steps: int, batch: int, lr: float) -> TrainConfig:
@@ -66,7 +67,7 @@ PRESETS = {
         reference_train=_train_cfg(4, 16, 3e-3),
         sizes=(64, 128),
         data=DataConfig(reference_pairs=64, test_pairs=64, held_out_pairs=16),
-        seeds=1,
+        seeds=(0,),
     ),
     "paper": lambda: Config(
         model=CLIPConfig.vit_b(len(VOCAB)),
@@ -83,41 +84,73 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("drrho_scaling", PRESETS, preset)
 
 
-def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    errors: dict[str, dict[int, list[float]]] = {
-        m: {n: [] for n in cfg.sizes} for m in ("clip", "drrho")
-    }
+def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -> Run:
+    """The reference, or CLIP or DRRho at one size, with one seed (see core.sweep).
+
+    The reference of a seed (trained on the smallest size's clean subset) is trained first (arms in
+    order) and restored by the targets that need it; ``cache`` keeps it and the rendered splits.
+    """
     n0 = min(cfg.sizes)
-    writer = MetricWriter(workdir, tensorboard=False)  # one row per seed: each size's errors
-    for seed in range(cfg.seeds):
-        base = make_splits(dataclasses.replace(cfg.data, seed=seed), train_pairs=n0)
-        reference, _ = train(
-            cfg.model, dataclasses.replace(cfg.loss, objective="clip"),
-            dataclasses.replace(cfg.reference_train, seed=seed), base.reference, base.test,
-            workdir / f"seed{seed}" / "reference",
-        )  # fmt: skip
-        for n in cfg.sizes:
-            splits = make_splits(dataclasses.replace(cfg.data, seed=seed), train_pairs=n)
-            steps = cfg.train.steps * n // n0
-            recipe = dataclasses.replace(
-                cfg.train, seed=seed, steps=steps, checkpoint_every=steps, eval_every=steps
+    data = dataclasses.replace(cfg.data, seed=seed)
+    ref_loss = dataclasses.replace(cfg.loss, objective="clip")
+    ref_train = dataclasses.replace(cfg.reference_train, seed=seed)
+    ref = {"loss": to_dict(ref_loss), "train": to_dict(ref_train), "n": n0}
+    config = {"model": to_dict(cfg.model), "data": to_dict(data), "reference": ref}
+
+    def splits(n: int) -> Splits:
+        if ("splits", seed, n) not in cache:
+            cache["splits", seed, n] = make_splits(data, train_pairs=n)
+        return cache["splits", seed, n]
+
+    def reference():
+        if ("reference", seed) not in cache:
+            base = splits(n0)
+            args = (cfg.model, ref_loss, ref_train, base.reference, base.test)
+            cache["reference", seed] = train(*args, run_dir(workdir, "reference", seed))[0]
+        return cache["reference", seed]
+
+    if arm == "reference":  # nothing to report: its targets are what is measured
+
+        def fit_reference(wd: pathlib.Path) -> dict:
+            reference()
+            return {}
+
+        return Run(config, fit_reference)
+    method, n = arm.split("_n")
+    n = int(n)
+    steps = cfg.train.steps * n // n0
+    recipe = dataclasses.replace(
+        cfg.train, seed=seed, steps=steps, checkpoint_every=steps, eval_every=steps
+    )
+    loss = dataclasses.replace(cfg.loss, objective=method)
+
+    def fit(wd: pathlib.Path) -> dict:
+        s = splits(n)
+        model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference())
+        return evaluate(model, s)
+
+    return Run({**config, "loss": to_dict(loss), "train": to_dict(recipe), "n": n}, fit)
+
+
+def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    arms = ["reference", *(f"{m}_n{n}" for n in cfg.sizes for m in ("clip", "drrho"))]
+    cache: dict = {}
+    swept = sweep(workdir, arms, cfg.seeds, lambda a, s: _run(cfg, a, s, workdir, cache))
+    errors = {
+        m: {n: [1 - r["zero_shot_test"] for r in swept[f"{m}_n{n}"]] for n in cfg.sizes}
+        for m in ("clip", "drrho")
+    }
+    with MetricWriter(workdir, tensorboard=False) as writer:  # one row per seed: each size's errors
+        for i, seed in enumerate(cfg.seeds):
+            for n in cfg.sizes:
+                for m in errors:
+                    print(f"seed {seed} n {n} {m}: error {errors[m][n][i]:.4f}", flush=True)
+            writer.write(
+                seed, {f"error_{m}_n{n}": errors[m][n][i] for m in errors for n in cfg.sizes}
             )
-            for method in ("clip", "drrho"):
-                model, _ = train(
-                    cfg.model, dataclasses.replace(cfg.loss, objective=method), recipe,
-                    splits.train, splits.test, workdir / f"seed{seed}" / f"{method}_n{n}",
-                    reference=reference,
-                )  # fmt: skip
-                err = 1 - evaluate(model, splits)["zero_shot_test"]
-                errors[method][n].append(err)
-                print(f"seed {seed} n {n} {method}: error {err:.4f}", flush=True)
-        writer.write(
-            seed, {f"error_{m}_n{n}": errors[m][n][seed] for m in errors for n in cfg.sizes}
-        )
-    writer.close()
     fits, table = {}, {}
     for method, by_n in errors.items():
-        x = np.repeat(cfg.sizes, cfg.seeds)
+        x = np.repeat(cfg.sizes, len(cfg.seeds))
         y = np.concatenate([by_n[n] for n in cfg.sizes])
         fits[method] = fit_power_law(x, y, with_offset=False)
         table[method] = {str(n): mean_sd(by_n[n]) for n in cfg.sizes}
@@ -125,7 +158,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         workdir / "errors.json", {m: {str(n): v for n, v in e.items()} for m, e in errors.items()}
     )
     plot_scaling(
-        {m: (np.repeat(cfg.sizes, cfg.seeds), np.concatenate([e[n] for n in cfg.sizes]))
+        {m: (np.repeat(cfg.sizes, len(cfg.seeds)), np.concatenate([e[n] for n in cfg.sizes]))
          for m, e in errors.items()},
         fits, workdir / "scaling.png", xlabel="training pairs n (steps ∝ n)",
         ylabel="zero-shot error (held-out images)", title="drrho_scaling",
@@ -137,7 +170,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     for n in cfg.sizes:
         for m in fits:
             headline[f"error_{m}_n{n}"] = table[m][str(n)]["mean"]
-    headline["seeds"] = cfg.seeds
+    headline["seeds"] = len(cfg.seeds)
     return {
         "fits": {m: f._asdict() for m, f in fits.items()},
         "errors": table,

@@ -31,9 +31,10 @@ from flax import nnx
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_pairs, plot_panels
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.data.icl_regression import least_squares_error
 from jaxlab.methods.structured_attention.icl_model import ICLConfig, ICLTransformer
 from jaxlab.methods.structured_attention.icl_task import ICLRegressionTask
@@ -60,7 +61,8 @@ class Config:
 
     def __post_init__(self) -> None:
         check(self.dim > 0 and self.num_layers > 0, "dim and num_layers must be positive")
-        check(len(self.widths) >= 1 and len(self.seeds) >= 1, "need widths and seeds")
+        check(len(self.widths) >= 1, "need at least one width")
+        check_seeds(self.seeds)
         for m in self.models:
             check(m in MODELS, f"unknown model {m!r}; choose from {list(MODELS)}")
         for w in self.widths:
@@ -135,21 +137,21 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("icl_regression", PRESETS, preset)
 
 
-def _train(model_cfg: ICLConfig, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
-    task = ICLRegressionTask(
-        model_cfg, curriculum_steps=int(cfg.curriculum_fraction * cfg.train.steps)
-    )
+def _run(cfg: Config, name: str, width: int, seed: int) -> Run:
+    """One model at one width with one seed: its config and its training (see core.sweep)."""
+    model_cfg = cfg.model(name, width)
     train = dataclasses.replace(cfg.train, seed=seed)
-    run_training(
-        task, train, workdir, config_record={"model": to_dict(model_cfg), "train": to_dict(train)}
-    )
-    rows = [r for r in read_metrics(workdir) if "eval_last_error" in r]
-    return {
-        "seed": seed,
-        "steps": [r["step"] for r in rows],
-        "last_error": [r["eval_last_error"] for r in rows],
-        "final_last_error": rows[-1]["eval_last_error"],
-    }
+    curriculum_steps = int(cfg.curriculum_fraction * cfg.train.steps)
+    record = {"model": to_dict(model_cfg), "train": to_dict(train)}
+    full = {**record, "curriculum_steps": curriculum_steps}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        task = ICLRegressionTask(model_cfg, curriculum_steps=curriculum_steps)
+        run_training(task, train, workdir, config_record=record)
+        steps, errors = read_curve(workdir, "eval_last_error", x="step")
+        return {"seed": seed, "steps": steps, "last_error": errors, "final_last_error": errors[-1]}
+
+    return Run(full, fit)
 
 
 def _references(cfg: Config) -> dict:
@@ -164,6 +166,8 @@ def _references(cfg: Config) -> dict:
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     refs = _references(cfg)
     results: dict[str, dict] = {m: {} for m in cfg.models}
+    arms = {f"{name}_D{width}": (name, width) for width in cfg.widths for name in cfg.models}
+    swept = sweep(workdir, list(arms), cfg.seeds, lambda arm, s: _run(cfg, *arms[arm], s))
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, width in enumerate(cfg.widths):
             row = {"width": width}
@@ -171,10 +175,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 model_cfg = cfg.model(name, width)
                 model = nnx.eval_shape(lambda c=model_cfg: ICLTransformer(c, rngs=nnx.Rngs(0)))
                 flops_per_step = 3 * model.flops() * cfg.train.batch_size
-                runs = [
-                    _train(model_cfg, cfg, s, workdir / f"{name}_D{width}_seed{s}")
-                    for s in cfg.seeds
-                ]
+                runs = swept[f"{name}_D{width}"]
                 stat = mean_sd([r["final_last_error"] for r in runs])
                 results[name][width] = {
                     "train_flops_per_step": flops_per_step,
@@ -198,10 +199,11 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
     curves = {}
     for name, by_width in results.items():
         for width, entry in by_width.items():
-            errs = np.array([r["last_error"] for r in entry["runs"]])
-            steps = np.array(entry["runs"][0]["steps"], np.float64)
-            sd = errs.std(0, ddof=1) if len(errs) > 1 else np.zeros(errs.shape[1])
-            curves[f"D={width}", name] = (steps * entry["train_flops_per_step"], errs.mean(0), sd)
+            runs = entry["runs"]
+            steps, mean, sd = mean_curve(
+                [r["steps"] for r in runs], [r["last_error"] for r in runs]
+            )
+            curves[f"D={width}", name] = (steps * entry["train_flops_per_step"], mean, sd)
     plot_pairs(
         curves, workdir / "error_vs_flops.png", xlabel="training FLOPs",
         ylabel="squared error at the last query", logx=True, logy=True,

@@ -23,15 +23,14 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import numpy as np
-
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.methods.structured_attention.flops import attention_mix_flops
@@ -59,7 +58,7 @@ class Config:
     def __post_init__(self) -> None:
         for m in self.models:
             check(m in MODELS, f"unknown model {m!r}; choose from {list(MODELS)}")
-        check(len(self.seeds) >= 1, "seeds must hold at least one seed")
+        check_seeds(self.seeds)
         check(self.d_model % self.head_dim == 0, "head_dim must divide d_model")
         for m in self.models:  # build every config now, so a bad option fails before training
             self.model(m)
@@ -155,28 +154,27 @@ def flops_per_token(cfg) -> float:
     return base._replace(attention_mix=mix).train
 
 
-def _train(name: str, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
+def _run(cfg: Config, name: str, seed: int) -> Run:
+    """One attention kind with one seed: its config and its training (see core.sweep)."""
     model_cfg = cfg.model(name)
-    cls = RMT if name.startswith("rmt_") else Transformer
-    task = LMTask(build=lambda r: cls(model_cfg, rngs=r), seq_len=cfg.seq_len, source=cfg.data)
     train = dataclasses.replace(cfg.train, seed=seed)
-    run_training(
-        task, train, workdir, config_record={"model": to_dict(model_cfg), "train": to_dict(train)}
-    )
-    rows = [r for r in read_metrics(workdir) if "eval_loss" in r]
-    return {
-        "seed": seed,
-        "tokens": [r["tokens_seen"] for r in rows],
-        "eval_loss": [r["eval_loss"] for r in rows],
-        "final_eval_loss": rows[-1]["eval_loss"],
-    }
+    record = {"model": to_dict(model_cfg), "train": to_dict(train), "data": cfg.data}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        cls = RMT if name.startswith("rmt_") else Transformer
+        task = LMTask(build=lambda r: cls(model_cfg, rngs=r), seq_len=cfg.seq_len, source=cfg.data)
+        run_training(task, train, workdir, config_record=record)
+        tokens, losses = read_curve(workdir)
+        return {"seed": seed, "tokens": tokens, "eval_loss": losses, "final_eval_loss": losses[-1]}
+
+    return Run(record, fit)
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    swept = sweep(workdir, cfg.models, cfg.seeds, lambda name, s: _run(cfg, name, s))
     results = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
-        for i, name in enumerate(cfg.models):
-            runs = [_train(name, cfg, s, workdir / f"{name}_seed{s}") for s in cfg.seeds]
+        for i, (name, runs) in enumerate(swept.items()):
             fpt = flops_per_token(cfg.model(name))
             stat = mean_sd([r["final_eval_loss"] for r in runs])
             results[name] = {"train_flops_per_token": fpt, "final_eval_loss": stat, "runs": runs}
@@ -184,9 +182,9 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                              "train_flops_per_token": fpt})  # fmt: skip
     curves = {}
     for name, entry in results.items():
-        tokens = np.asarray(entry["runs"][0]["tokens"], np.float64)
-        losses = np.asarray([r["eval_loss"] for r in entry["runs"]], np.float64)
-        curves[name] = (tokens * entry["train_flops_per_token"], losses.mean(0))
+        runs = entry["runs"]
+        tokens, mean, _ = mean_curve([r["tokens"] for r in runs], [r["eval_loss"] for r in runs])
+        curves[name] = (tokens * entry["train_flops_per_token"], mean)
     plot_curves(
         curves, workdir / "loss_vs_compute.png", xlabel="non-embedding training FLOPs",
         ylabel="validation loss (nats/byte)", logx=True,

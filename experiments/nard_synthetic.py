@@ -31,6 +31,7 @@ from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_panels
+from jaxlab.core.sweep import check_seeds
 from jaxlab.data.nard_synthetic import make_problem
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
@@ -63,7 +64,7 @@ class Config:
     m: int = 20
     n: int = 200
     p: int = 10
-    seeds: int = 2
+    seeds: tuple[int, ...] = (0, 1)
     lam: float = 0.15
     methods: tuple[str, ...] = METHODS + BASELINES
     ard_iter: int = 1000  # per output; ARD stops earlier on ard_tol
@@ -73,7 +74,7 @@ class Config:
     def __post_init__(self):
         check(len(self.ds) >= 1 and min(self.ds) >= self.p, "ds must be sizes >= p")
         check(self.m >= 2 and self.n >= 2, "need m >= 2 outputs and n >= 2 samples")
-        check(self.seeds >= 1, "seeds must be >= 1")
+        check_seeds(self.seeds)
         check(self.lam >= 0 and self.lam < float("inf"), "lam must be a finite number >= 0")
         check(self.ard_iter >= 1 and self.lasso_iter >= 1, "ard_iter and lasso_iter must be >= 1")
         check(0 < self.ard_tol < float("inf"), "ard_tol must be a finite number > 0")
@@ -83,8 +84,8 @@ class Config:
 
 PRESETS = {
     "default": lambda: Config(),
-    "paper": lambda: Config(seeds=3),
-    "smoke": lambda: Config(ds=(40,), m=5, n=60, p=3, seeds=1),
+    "paper": lambda: Config(seeds=(0, 1, 2)),
+    "smoke": lambda: Config(ds=(40,), m=5, n=60, p=3, seeds=(0,)),
 }
 
 
@@ -97,7 +98,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     baseline_kw = {"ard_iter": cfg.ard_iter, "ard_tol": cfg.ard_tol, "lasso_iter": cfg.lasso_iter}
     with jax.enable_x64(True), MetricWriter(workdir, tensorboard=False) as writer:
         for d in cfg.ds:
-            for seed in range(cfg.seeds):
+            for seed in cfg.seeds:
                 problem = make_problem(d, cfg.m, cfg.n, cfg.p, seed=seed)
                 for method in cfg.methods:
                     kw = {} if method in METHODS else baseline_kw
@@ -119,7 +120,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     table = aggregate(rows, KEYS)
     slopes = {key: timing_slopes(table, key=key) for key in ("seconds_per_iter", "seconds")}
     top = {key: timing_slopes(table, 2, key=key) for key in ("seconds_per_iter", "seconds")}
-    title = f"NARD synthetic: m={cfg.m}, N={cfg.n}, p={cfg.p}, {cfg.seeds} seed(s)"
+    title = f"NARD synthetic: m={cfg.m}, N={cfg.n}, p={cfg.p}, {len(cfg.seeds)} seed(s)"
     kw = {"xlabel": "number of features d", "title": title, "logx": True}
     plot_panels(timing_panels(table, slopes), workdir / "timing.png", logy=True, **kw)
     plot_panels(rates_panels(table), workdir / "rates.png", **kw)

@@ -23,6 +23,7 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import LMTask, fit_vocab
@@ -51,7 +52,7 @@ class Config:
 
     def __post_init__(self) -> None:
         check(len(self.d_keys) >= 2, "rmt_residual_sweep needs at least two d_keys")
-        check(len(self.seeds) >= 1, "rmt_residual_sweep needs at least one seed")
+        check_seeds(self.seeds)
         check(self.z_loss >= 0, "z_loss must be >= 0")
 
 
@@ -78,27 +79,35 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_residual_sweep", PRESETS, preset)
 
 
+def _run(cfg: Config, d_key: int, seed: int) -> Run:
+    """One Dk with one seed: its config and its training (see core.sweep)."""
+    model_cfg = fit_vocab(dataclasses.replace(cfg.model, d_key=d_key), cfg.data)
+    train = dataclasses.replace(cfg.train, seed=seed)
+    record = {**to_dict(model_cfg), "z_loss": cfg.z_loss}
+    full = {"model": record, "train": to_dict(train), "data": cfg.data, "tokenizer": cfg.tokenizer}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        task = LMTask(
+            build=lambda rngs: RMT(model_cfg, rngs=rngs),
+            seq_len=model_cfg.seq_len,
+            source=cfg.data,
+            z_loss=cfg.z_loss,
+            tokenizer=cfg.tokenizer or None,
+        )
+        summary = run_training(task, train, workdir, config_record=record)
+        return {"eval_loss": summary["eval"]["eval_loss"]}
+
+    return Run(full, fit)
+
+
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    arms = {f"dk{d_key}": d_key for d_key in cfg.d_keys}
+    swept = sweep(workdir, list(arms), cfg.seeds, lambda arm, s: _run(cfg, arms[arm], s))
     results = []
     with MetricWriter(workdir, tensorboard=False) as writer:
-        for i, d_key in enumerate(cfg.d_keys):
+        for i, (arm, d_key) in enumerate(arms.items()):
+            losses = [r["eval_loss"] for r in swept[arm]]
             model_cfg = fit_vocab(dataclasses.replace(cfg.model, d_key=d_key), cfg.data)
-            task = LMTask(
-                build=lambda rngs, c=model_cfg: RMT(c, rngs=rngs),
-                seq_len=model_cfg.seq_len,
-                source=cfg.data,
-                z_loss=cfg.z_loss,
-                tokenizer=cfg.tokenizer or None,
-            )
-            losses = []
-            for seed in cfg.seeds:
-                summary = run_training(
-                    task,
-                    dataclasses.replace(cfg.train, seed=seed),
-                    workdir / f"dk{d_key}_seed{seed}",
-                    config_record={**to_dict(model_cfg), "z_loss": cfg.z_loss},
-                )
-                losses.append(summary["eval"]["eval_loss"])
             params = count_params(nnx.eval_shape(lambda c=model_cfg: RMT(c, rngs=nnx.Rngs(0))))
             spread = mean_sd(losses)  # sample standard deviation over seeds (ddof = 1)
             row = {

@@ -49,9 +49,10 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_pairs, plot_scaling
 from jaxlab.core.scaling import fit_power_law, mean_sd
+from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.benchmark import step_seconds
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
@@ -107,10 +108,7 @@ class Config:
             check(w % self.head_dim == 0, f"width {w} is not a multiple of head_dim")
         check(self.d_key >= 0 and self.residual_ratio > 0, "need d_key >= 0, residual_ratio > 0")
         check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
-        check(
-            len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds),
-            f"seeds must be one or more distinct integers, got {self.seeds}",
-        )
+        check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
 
     def recipe(self) -> dict:
@@ -212,33 +210,40 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_scaling", PRESETS, preset)
 
 
-def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
-    """Trains one model with one seed; returns its validation curve."""
-    cls, _ = ARCHS[arch]
-    task = LMTask(
-        build=lambda rngs: cls(model_cfg, rngs=rngs),
-        seq_len=model_cfg.seq_len,
-        source=cfg.data,
-        z_loss=cfg.z_loss,
-        tokenizer=cfg.tokenizer or None,
-    )
+def _run(arch: str, model_cfg, cfg: Config, seed: int) -> Run:
+    """One model with one seed: its config and its training (see core.sweep)."""
     train = dataclasses.replace(cfg.train, seed=seed)
-    run_training(
-        task,
-        train,
-        workdir,
-        mesh_cfg=cfg.mesh,
-        config_record={"model": to_dict(model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss},
-        lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
-    )
-    rows = [r for r in read_metrics(workdir) if "eval_loss" in r]
-    return {
-        "seed": seed,
-        "tokens": [r["tokens_seen"] for r in rows],
-        "eval_loss": [r["eval_loss"] for r in rows],
-        "final_eval_loss": rows[-1]["eval_loss"],
-        "final_eval_bits_per_byte": rows[-1]["eval_bits_per_byte"],
-    }
+    record = {"model": to_dict(model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss}
+    full = {**record, "data": cfg.data, "tokenizer": cfg.tokenizer, "mesh": to_dict(cfg.mesh)}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        cls, _ = ARCHS[arch]
+        task = LMTask(
+            build=lambda rngs: cls(model_cfg, rngs=rngs),
+            seq_len=model_cfg.seq_len,
+            source=cfg.data,
+            z_loss=cfg.z_loss,
+            tokenizer=cfg.tokenizer or None,
+        )
+        run_training(
+            task,
+            train,
+            workdir,
+            mesh_cfg=cfg.mesh,
+            config_record=record,
+            lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
+        )
+        tokens, losses = read_curve(workdir)
+        _, bits = read_curve(workdir, "eval_bits_per_byte")
+        return {
+            "seed": seed,
+            "tokens": tokens,
+            "eval_loss": losses,
+            "final_eval_loss": losses[-1],
+            "final_eval_bits_per_byte": bits[-1],
+        }
+
+    return Run(full, fit)
 
 
 def _describe(arch: str, model_cfg, cfg: Config) -> dict:
@@ -298,11 +303,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 "d_key": rcfg.d_key,
                 "d_value": rcfg.d_value,
             }
-            runs: dict[str, list[dict]] = {"transformer": [], "rmt": []}
-            for seed in cfg.seeds:
-                for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
-                    wd = workdir / f"{arch}_D{width}_seed{seed}"
-                    runs[arch].append(_train(arch, model_cfg, cfg, seed, wd))
+            arms = {
+                f"{arch}_D{width}": (arch, c) for arch, c in (("transformer", tcfg), ("rmt", rcfg))
+            }
+            swept = sweep(
+                workdir, list(arms), cfg.seeds, lambda a, s, arms=arms: _run(*arms[a], cfg, s)
+            )
+            runs = {arch: swept[arm] for arm, (arch, _) in arms.items()}
             for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
                 losses = [r["final_eval_loss"] for r in runs[arch]]
                 entry[arch] = {

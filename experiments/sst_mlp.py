@@ -22,9 +22,10 @@ import pathlib
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
 from jaxlab.methods.sst.teacher import TeacherStudentTask
 
@@ -42,7 +43,7 @@ class Config:
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS]
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
-        check(len(self.seeds) >= 1, "seeds is empty; give at least one seed")
+        check_seeds(self.seeds)
 
 
 _TRAIN = dict(
@@ -97,31 +98,34 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("sst_mlp", PRESETS, preset)
 
 
-def _train(cfg: Config, data: TeacherStudentTask, method: str, seed: int, workdir) -> dict:
+def _run(cfg: Config, data: TeacherStudentTask, method: str, seed: int) -> Run:
+    """One method with one seed: its config and its training (see core.sweep)."""
     task = LowRankTask(data, dataclasses.replace(cfg.sst, method=method, seed=seed))
     train = dataclasses.replace(cfg.train, seed=seed)
     record = {"method": method, "train": to_dict(train), "sst": to_dict(task.sst)}
-    summary = run_training(task, train, workdir, config_record=record, verbose=False)
-    rows = [r for r in read_metrics(workdir) if "eval_relative_mse" in r]
-    return {
-        "seed": seed,
-        "steps": [r["step"] for r in rows],
-        "eval_relative_mse": [r["eval_relative_mse"] for r in rows],
-        "final": rows[-1]["eval_relative_mse"],
-        "steps_per_second": summary["steps_per_second"],
-        **task.memory(train),
-    }
+    full = {**record, "teacher": {"d_model": cfg.d_model, "hidden": cfg.hidden, "rows": cfg.rows}}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        summary = run_training(task, train, workdir, config_record=record, verbose=False)
+        steps, mse = read_curve(workdir, "eval_relative_mse", x="step")
+        return {
+            "seed": seed,
+            "steps": steps,
+            "eval_relative_mse": mse,
+            "final": mse[-1],
+            "steps_per_second": summary["steps_per_second"],
+            **task.memory(train),
+        }
+
+    return Run(full, fit)
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     data = TeacherStudentTask(d_model=cfg.d_model, hidden=cfg.hidden, rows=cfg.rows)
+    swept = sweep(workdir, cfg.methods, cfg.seeds, lambda m, s: _run(cfg, data, m, s))
     results: dict[str, dict] = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
-        for i, method in enumerate(cfg.methods):
-            runs = [
-                _train(cfg, data, method, seed, workdir / f"{method}_seed{seed}")
-                for seed in cfg.seeds
-            ]
+        for i, (method, runs) in enumerate(swept.items()):
             final = mean_sd([r["final"] for r in runs])
             results[method] = {
                 "eval_relative_mse": final,

@@ -30,9 +30,10 @@ from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
@@ -60,7 +61,7 @@ class Config:
     def __post_init__(self) -> None:
         bad = [m for m in (*self.methods, *self.rmt_methods) if m not in METHODS]
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
-        check(len(self.seeds) >= 1, "seeds is empty; give at least one seed")
+        check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
 
 
@@ -188,34 +189,40 @@ def _tasks(cfg: Config, arch: str, method: str, seed: int) -> LowRankTask:
     return LowRankTask(inner, dataclasses.replace(cfg.sst, method=method, seed=seed))
 
 
-def _train(cfg: Config, arch: str, method: str, seed: int, workdir: pathlib.Path) -> dict:
+def _run(cfg: Config, arch: str, method: str, seed: int) -> Run:
+    """One architecture and method with one seed: its config and its training (core.sweep)."""
     task = _tasks(cfg, arch, method, seed)
     train = dataclasses.replace(cfg.train, seed=seed)
     record = {"arch": arch, "method": method, "train": to_dict(train), "sst": to_dict(task.sst)}
-    run_training(task, train, workdir, mesh_cfg=cfg.mesh, config_record=record, verbose=False)
-    rows = read_metrics(workdir)
-    evals = [r for r in rows if "eval_loss" in r]
-    return {
-        "seed": seed,
-        "eval_steps": [r["step"] for r in evals],
-        "eval_ppl": [math.exp(r["eval_loss"]) for r in evals],
-        "final_ppl": math.exp(evals[-1]["eval_loss"]),
-        "grad_norm_steps": [r["step"] for r in rows if "grad_norm" in r],
-        "grad_norm": [r["grad_norm"] for r in rows if "grad_norm" in r],
-        **task.memory(train),
-    }
+    model = to_dict(cfg.model if arch == "transformer" else cfg.rmt)
+    full = {**record, "model": model, "data": cfg.data, "mesh": to_dict(cfg.mesh)}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        run_training(task, train, workdir, mesh_cfg=cfg.mesh, config_record=record, verbose=False)
+        eval_steps, eval_loss = read_curve(workdir, "eval_loss", x="step")
+        grad_norm_steps, grad_norm = read_curve(workdir, "grad_norm", x="step")
+        return {
+            "seed": seed,
+            "eval_steps": eval_steps,
+            "eval_ppl": [math.exp(v) for v in eval_loss],
+            "final_ppl": math.exp(eval_loss[-1]),
+            "grad_norm_steps": grad_norm_steps,
+            "grad_norm": grad_norm,
+            **task.memory(train),
+        }
+
+    return Run(full, fit)
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    runs = [("transformer", m) for m in cfg.methods] + [("rmt", m) for m in cfg.rmt_methods]
+    arms = {f"{arch}_{m}": (arch, m) for arch, ms in
+            (("transformer", cfg.methods), ("rmt", cfg.rmt_methods)) for m in ms}  # fmt: skip
+    swept = sweep(workdir, list(arms), cfg.seeds, lambda arm, s: _run(cfg, *arms[arm], s))
     results: dict[str, dict] = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
-        for i, (arch, method) in enumerate(runs):
+        for i, (arm, (arch, method)) in enumerate(arms.items()):
             name = f"{arch}/{method}"
-            seeds = [
-                _train(cfg, arch, method, s, workdir / f"{arch}_{method}_seed{s}")
-                for s in cfg.seeds
-            ]
+            seeds = swept[arm]
             ppl = mean_sd([r["final_ppl"] for r in seeds])
             results[name] = {
                 "val_ppl": ppl,

@@ -14,7 +14,8 @@ of source weight on the classes absent from the target (last chunk). A grid over
 on ``grid_task`` shows the effect of the mass and of β (the paper: β near the shared-class fraction
 0.5 works, much smaller β hurts).
 ``summary.json``'s ``headline`` holds the accuracies, shares and the grid; ``accuracy.png`` and
-``grid.png`` plot them. A re-run on the same workdir reuses the finished runs (``runs/*.json``).
+``grid.png`` plot them. A re-run on the same workdir reuses each finished run whose config is
+unchanged (:mod:`jaxlab.core.sweep`) and trains again one whose learning rate or steps changed.
 
 Presets: ``default`` (3 tasks × 6 methods × 3 seeds + a 3×3 grid × 2 seeds, 1,000 steps),
 ``smoke`` (one task, two methods, 40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7,
@@ -26,17 +27,17 @@ Measured results live in the run's ``summary.json`` and in ``jaxlab/methods/warm
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
 import numpy as np
 
-from jaxlab.core.config import check
+from jaxlab.core.config import check, to_dict
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.metrics import MetricWriter, write_json
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_bars
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.data.digits_da import TASKS, DATask, load_task
 from jaxlab.methods.warmpot.config import METHODS, WarmpotConfig
 from jaxlab.methods.warmpot.train import train
@@ -46,7 +47,7 @@ from jaxlab.methods.warmpot.train import train
 class Config:
     tasks: tuple[str, ...] = TASKS
     methods: tuple[str, ...] = tuple(METHODS)
-    seeds: int = 3
+    seeds: tuple[int, ...] = (0, 1, 2)
     target_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     max_source: int = 2000
     max_target: int = 1000
@@ -54,7 +55,7 @@ class Config:
     grid_task: str = "digits_to_mnist"
     grid_alphas: tuple[float, ...] = (0.3, 0.5, 0.8)
     grid_betas: tuple[float, ...] = (0.25, 0.5, 1.0)
-    grid_seeds: int = 2
+    grid_seeds: tuple[int, ...] = (0, 1)  # () skips the grid
     data: str = ""  # an .npz with xs, ys, xt, yt (e.g. backbone features) instead of `tasks`
     needs_data: bool = False  # the preset is meant for `data` (the paper's scale), not the digits
 
@@ -62,7 +63,9 @@ class Config:
         check(all(t in TASKS for t in self.tasks), f"tasks must be among {TASKS}")
         bad = [m for m in self.methods if m not in METHODS]
         check(not bad, f"unknown methods {bad}; choose from {tuple(METHODS)}")
-        check(self.seeds >= 1 and self.grid_seeds >= 0, "need seeds >= 1 and grid_seeds >= 0")
+        check_seeds(self.seeds)
+        if self.grid_seeds:
+            check_seeds(self.grid_seeds, "grid_seeds")
         check(self.grid_task in TASKS, f"grid_task must be among {TASKS}")
 
 
@@ -71,13 +74,13 @@ PRESETS = {
     "smoke": lambda: Config(
         tasks=("digits_to_mnist",),
         methods=("source_only", "warmpot"),
-        seeds=1,
+        seeds=(0,),
         max_source=300,
         max_target=200,
         train=WarmpotConfig(steps=40, eval_every=20, ramp_steps=20),
         grid_alphas=(0.5,),
         grid_betas=(0.5,),
-        grid_seeds=1,
+        grid_seeds=(0,),
     ),
     # The paper's Office-Home hyperparameters (Sec. 6, App.); the digits tasks are too small for
     # them, so this preset wants backbone features of Office-Home passed as `data`.
@@ -96,7 +99,7 @@ PRESETS = {
             hidden=1024,
             features=256,
         ),  # fmt: skip
-        grid_seeds=0,
+        grid_seeds=(),
         needs_data=True,
     ),
 }
@@ -116,22 +119,20 @@ def _npz_task(path: str, target_classes) -> DATask:
                   yt.astype(np.int32), classes, tuple(int(c) for c in np.unique(yt)))  # fmt: skip
 
 
-def _run(workdir: pathlib.Path, key: str, cfg: WarmpotConfig, task: DATask) -> dict:
-    """One training run, reused from ``runs/<key>.json`` when a previous run finished it."""
-    path = workdir / "runs" / f"{key}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    r = train(cfg, task)
-    out = {
-        "last": r.last,
-        "best": r.best,
-        "outlier_share": float(r.outlier_share[-1]),
-        "ot_converged": r.ot_converged,
-        "accuracy": r.accuracy.tolist(),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, out)
-    return out
+def _run(cfg: WarmpotConfig, task: DATask, data: dict) -> Run:
+    """One training run (see core.sweep): keyed by its whole config and by the data it sees."""
+
+    def fit(workdir: pathlib.Path) -> dict:
+        r = train(cfg, task)
+        return {
+            "last": r.last,
+            "best": r.best,
+            "outlier_share": float(r.outlier_share[-1]),
+            "ot_converged": r.ot_converged,
+            "accuracy": r.accuracy.tolist(),
+        }
+
+    return Run({"train": to_dict(cfg), "data": data}, fit)
 
 
 def _stats(rows: list[dict]) -> dict:
@@ -147,19 +148,26 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         tasks = {}
     results: dict = {}
     step = 0
+    data = {"target_classes": cfg.target_classes, "max_source": cfg.max_source,
+            "max_target": cfg.max_target, "file": cfg.data}  # fmt: skip
     with MetricWriter(workdir, tensorboard=False) as writer:
         for name in tasks or cfg.tasks:
             task = tasks.get(name) or load_task(
                 name, target_classes=cfg.target_classes, max_source=cfg.max_source,
                 max_target=cfg.max_target,
             )  # fmt: skip
+            arms = {f"{name}_{m}": m for m in cfg.methods}
+            swept = sweep(
+                workdir, list(arms), cfg.seeds,
+                lambda arm, seed, task=task, name=name, arms=arms: _run(
+                    dataclasses.replace(cfg.train, method=arms[arm], seed=seed),
+                    task, {**data, "task": name},
+                ),
+            )  # fmt: skip
             results[name] = {}
-            for method in cfg.methods:
-                rows = []
-                for seed in range(cfg.seeds):
-                    tcfg = dataclasses.replace(cfg.train, method=method, seed=seed)
-                    r = _run(workdir, f"{name}_{method}_s{seed}", tcfg, task)
-                    rows.append(r)
+            for arm, method in arms.items():
+                rows = swept[arm]
+                for seed, r in zip(cfg.seeds, rows, strict=True):
                     row = {"task": name, "method": method, "seed": seed}
                     writer.write(step, {**row, **{k: v for k, v in r.items() if k != "accuracy"}})
                     step += 1
@@ -173,23 +181,25 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         if cfg.grid_seeds and not cfg.data:
             task = load_task(cfg.grid_task, target_classes=cfg.target_classes,
                              max_source=cfg.max_source, max_target=cfg.max_target)  # fmt: skip
-            for alpha in cfg.grid_alphas:
-                for beta in cfg.grid_betas:
-                    rows = []
-                    for seed in range(cfg.grid_seeds):
-                        tcfg = dataclasses.replace(
-                            cfg.train, method="warmpot", alpha=alpha, beta=beta, seed=seed
-                        )
-                        key = f"grid_{cfg.grid_task}_a{alpha}_b{beta}_s{seed}"
-                        rows.append(_run(workdir, key, tcfg, task))
-                    stats = _stats(rows)
-                    grid[f"alpha={alpha},beta={beta}"] = stats
-                    writer.write(step, {"task": cfg.grid_task, "method": "warmpot_grid",
-                                        "alpha": alpha, "beta": beta,
-                                        **{k: v["mean"] for k, v in stats.items()}})  # fmt: skip
-                    step += 1
-                    print(f"grid alpha={alpha} beta={beta} last={stats['last']['mean']:.3f} "
-                          f"share={stats['outlier_share']['mean']:.3f}", flush=True)  # fmt: skip
+            points = {f"grid_{cfg.grid_task}_a{a}_b{b}": (a, b)
+                      for a in cfg.grid_alphas for b in cfg.grid_betas}  # fmt: skip
+            swept = sweep(
+                workdir, list(points), cfg.grid_seeds,
+                lambda arm, seed: _run(
+                    dataclasses.replace(cfg.train, method="warmpot", alpha=points[arm][0],
+                                        beta=points[arm][1], seed=seed),
+                    task, {**data, "task": cfg.grid_task},
+                ),
+            )  # fmt: skip
+            for arm, (alpha, beta) in points.items():
+                stats = _stats(swept[arm])
+                grid[f"alpha={alpha},beta={beta}"] = stats
+                writer.write(step, {"task": cfg.grid_task, "method": "warmpot_grid",
+                                    "alpha": alpha, "beta": beta,
+                                    **{k: v["mean"] for k, v in stats.items()}})  # fmt: skip
+                step += 1
+                print(f"grid alpha={alpha} beta={beta} last={stats['last']['mean']:.3f} "
+                      f"share={stats['outlier_share']['mean']:.3f}", flush=True)  # fmt: skip
     plot_bars(
         {f"{t}: target accuracy (last)": {m: v["last"]["mean"] for m, v in r.items()}
          for t, r in results.items()},

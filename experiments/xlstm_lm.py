@@ -27,14 +27,15 @@ import pathlib
 import numpy as np
 from flax import nnx
 
-from jaxlab.core.config import TrainConfig, check, to_dict
+from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
-from jaxlab.core.metrics import MetricWriter, read_metrics
+from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep, value_at
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.flops import xlstm_flops_per_token
 from jaxlab.methods.xlstm.matched import matched_transformer, non_embedding_params
@@ -56,7 +57,7 @@ class Config:
     mesh: MeshConfig = MeshConfig()
 
     def __post_init__(self) -> None:
-        check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: distinct")
+        check_seeds(self.seeds)
 
     def models(self) -> dict[str, tuple[type, object]]:
         shared = dict(seq_len=self.seq_len, num_layers=self.num_layers, num_heads=self.num_heads,
@@ -102,19 +103,19 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("xlstm_lm", PRESETS, preset)
 
 
-def _train(cls, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
-    build = lambda rngs: cls(model_cfg, rngs=rngs)  # noqa: E731
-    task = LMTask(build=build, seq_len=cfg.seq_len, source=cfg.data)
+def _run(cfg: Config, name: str, seed: int) -> Run:
+    """One model with one seed: its config and its training (see core.sweep)."""
+    cls, model_cfg = cfg.models()[name]
     train = dataclasses.replace(cfg.train, seed=seed)
-    record = {"model": to_dict(model_cfg), "train": to_dict(train)}
-    run_training(task, train, workdir, mesh_cfg=cfg.mesh, config_record=record)
-    rows = [r for r in read_metrics(workdir) if "eval_loss" in r]
-    return {
-        "seed": seed,
-        "tokens": [r["tokens_seen"] for r in rows],
-        "eval_loss": [r["eval_loss"] for r in rows],
-        "final_eval_loss": rows[-1]["eval_loss"],
-    }
+    record = {"model": to_dict(model_cfg), "train": to_dict(train), "data": cfg.data}
+
+    def fit(workdir: pathlib.Path) -> dict:
+        task = LMTask(build=lambda r: cls(model_cfg, rngs=r), seq_len=cfg.seq_len, source=cfg.data)
+        run_training(task, train, workdir, mesh_cfg=cfg.mesh, config_record=record)
+        tokens, losses = read_curve(workdir)
+        return {"seed": seed, "tokens": tokens, "eval_loss": losses, "final_eval_loss": losses[-1]}
+
+    return Run(record, fit)
 
 
 def _flops_per_token(name: str, model_cfg) -> float:
@@ -124,8 +125,9 @@ def _flops_per_token(name: str, model_cfg) -> float:
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     models, results = cfg.models(), {}
+    swept = sweep(workdir, list(models), cfg.seeds, lambda name, s: _run(cfg, name, s))
     for name, (cls, model_cfg) in models.items():
-        runs = [_train(cls, model_cfg, cfg, s, workdir / f"{name}_seed{s}") for s in cfg.seeds]
+        runs = swept[name]
         model = nnx.eval_shape(lambda cls=cls, c=model_cfg: cls(c, rngs=nnx.Rngs(0)))
         results[name] = {
             "params": count_params(model),
@@ -138,8 +140,8 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     # Equal FLOPs: both curves on the FLOP axis, read at the smaller final budget.
     budget = min(r["train_flops_per_token"] * r["runs"][0]["tokens"][-1] for r in results.values())
     for r in results.values():
-        at = [float(np.interp(budget, np.array(run["tokens"]) * r["train_flops_per_token"],
-                              run["eval_loss"])) for run in r["runs"]]  # fmt: skip
+        fpt = r["train_flops_per_token"]
+        at = [value_at(run["tokens"], run["eval_loss"], budget, scale=fpt) for run in r["runs"]]
         r["eval_loss_at_equal_flops"] = mean_sd(at)
     plot_curves(
         {
