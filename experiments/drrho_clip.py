@@ -29,7 +29,7 @@ import pathlib
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter, read_metrics, write_json
-from jaxlab.core.plots import plot_bars, plot_curves
+from jaxlab.core.plots import bars_figure, curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
@@ -136,19 +136,20 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         m: {k: mean_sd([r[k] for r in rows]) for k in metrics} for m, rows in per_seed.items()
     }
     write_json(workdir / "per_seed.json", per_seed)
-    plot_bars(
+    fig = bars_figure(
         {k: {m: results[m][k]["mean"] for m in results} for k in metrics},
-        workdir / "results.png",
         title=f"drrho_clip: mean over {cfg.seeds} seed(s)",
     )
+    save_figure(fig, workdir / "results.png")
     curves = {}
     for m in cfg.methods:
         rows = [r for r in read_metrics(workdir / "seed0" / m) if "eval_zero_shot_acc" in r]
         curves[m] = ([r["step"] for r in rows], [r["eval_zero_shot_acc"] for r in rows])
-    plot_curves(
-        curves, workdir / "zero_shot_curves.png", xlabel="step",
+    fig = curves_figure(
+        curves, xlabel="step",
         ylabel="in-batch zero-shot accuracy (eval)", title="drrho_clip, seed 0",
     )  # fmt: skip
+    save_figure(fig, workdir / "zero_shot_curves.png")
     zs = {m: results[m]["zero_shot_test"]["mean"] for m in results}
     headline = {f"zero_shot_{m}": v for m, v in zs.items()}
     headline.update({f"zero_shot_{m}_sd": results[m]["zero_shot_test"]["sd"] for m in results})

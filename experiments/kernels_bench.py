@@ -30,7 +30,7 @@ import numpy as np
 import pallas_kernels as pk
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.timing import time_call
 from jaxlab.nn.attention import xla_attention, xla_chunked_attention
 
@@ -227,13 +227,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         for name in ("xla_fwd", "chunked_fwd", "xla_fwd_bwd", "chunked_fwd_bwd"):
             summary[f"memory_slope_{name}"] = round(_slope(Ts, [r[f"{name}_mib"] for r in mem]), 3)
             summary[f"memory_mib_{name}_at_{Ts[-1]}"] = round(mem[-1][f"{name}_mib"], 2)
-        plot_curves(
+        fig = curves_figure(
             {name: (Ts, [r[f"{name}_mib"] for r in mem]) for name in
              ("xla_fwd", "chunked_fwd", "xla_fwd_bwd", "chunked_fwd_bwd")},
-            workdir / "attention_memory.png", xlabel="sequence length T",
+            xlabel="sequence length T",
             ylabel="compiled temporaries (MiB)", logx=True, logy=True,
             title=f"causal attention, B=1, H={cfg.memory_heads}, D={cfg.memory_head_dim}",
         )  # fmt: skip
+        save_figure(fig, workdir / "attention_memory.png")
         if platform == "gpu":
             rows = gpu_rows(cfg)
             for row in rows:
@@ -244,14 +245,15 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 for key in ("pallas_over_cudnn_fwd_bwd", "pallas_fwd_bwd_peak_fraction"):
                     if key in row:
                         summary[f"{key}_{tag}"] = round(row[key], 3)
-            plot_curves(
+            fig = curves_figure(
                 {f"{impl} D={D} causal": ([r["T"] for r in rows if r["D"] == D and r["causal"]],
                                           [r.get(f"{impl}_fwd_bwd_tflops", math.nan) for r in rows
                                            if r["D"] == D and r["causal"]])
                  for impl in ("pallas", "cudnn") for D in cfg.gpu_head_dims},
-                workdir / "gpu_tflops.png", xlabel="T", ylabel="fwd+bwd TFLOP/s", logx=True,
+                xlabel="T", ylabel="fwd+bwd TFLOP/s", logx=True,
                 title=f"bf16 attention on {summary['device']}",
             )  # fmt: skip
+            save_figure(fig, workdir / "gpu_tflops.png")
         else:
             summary["gpu_benchmark"] = f"skipped: no GPU (backend {platform})"
     summary["headline"] = {

@@ -30,7 +30,7 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter, read_metrics
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
@@ -187,11 +187,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         tokens = np.asarray(entry["runs"][0]["tokens"], np.float64)
         losses = np.asarray([r["eval_loss"] for r in entry["runs"]], np.float64)
         curves[name] = (tokens * entry["train_flops_per_token"], losses.mean(0))
-    plot_curves(
-        curves, workdir / "loss_vs_compute.png", xlabel="non-embedding training FLOPs",
+    fig = curves_figure(
+        curves, xlabel="non-embedding training FLOPs",
         ylabel="validation loss (nats/byte)", logx=True,
         title=f"mlr_lm: mean over {len(cfg.seeds)} seeds",
     )  # fmt: skip
+    save_figure(fig, workdir / "loss_vs_compute.png")
     headline = {"seeds": len(cfg.seeds), "ranks": list(cfg.ranks), "window": cfg.window}
     lines = [f"mlr_lm (T={cfg.seq_len}, D={cfg.d_model}, head dim {cfg.head_dim}, ranks "
              f"{'|'.join(map(str, cfg.ranks))}, {len(cfg.seeds)} seeds):"]  # fmt: skip

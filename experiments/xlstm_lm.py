@@ -33,7 +33,7 @@ from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter, read_metrics
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.flops import xlstm_flops_per_token
@@ -141,7 +141,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         at = [float(np.interp(budget, np.array(run["tokens"]) * r["train_flops_per_token"],
                               run["eval_loss"])) for run in r["runs"]]  # fmt: skip
         r["eval_loss_at_equal_flops"] = mean_sd(at)
-    plot_curves(
+    fig = curves_figure(
         {
             f"{name} seed {run['seed']}": (
                 np.array(run["tokens"]) * r["train_flops_per_token"],
@@ -150,11 +150,11 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             for name, r in results.items()
             for run in r["runs"]
         },
-        workdir / "val_loss_vs_flops.png",
         xlabel="training FLOPs (analytic)",
         ylabel="validation loss (nats/byte)",
         title="xLSTM vs Transformer on KJV",
     )
+    save_figure(fig, workdir / "val_loss_vs_flops.png")
     x, t = results["xlstm"], results["transformer"]
     with MetricWriter(workdir, tensorboard=False) as writer:  # one row per seed, both models
         for i, seed in enumerate(cfg.seeds):
