@@ -29,7 +29,7 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import save_figure, traces_figure
 from jaxlab.data.ot_problems import make_problem
 from jaxlab.methods.qn_ot import Method
-from jaxlab.methods.qn_ot.benchmark import (
+from jaxlab.methods.qn_ot.runners import (
     jaxlab_runner,
     ott_runner,
     reference_plan,
