@@ -33,7 +33,8 @@ from jaxlab.core.plots import bars_figure, matrix_figure, save_figure
 from jaxlab.data.nard_real import DATASETS, load
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
-from jaxlab.methods.nard.benchmark import fit_any, heldout_mse, standardise
+from jaxlab.methods.nard.evaluate import fit_any, heldout_mse, standardise
+from jaxlab.methods.nard.output import partial_correlations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,14 +71,6 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("nard_real", PRESETS, preset)
 
 
-def partial_correlations(prec: np.ndarray) -> np.ndarray:
-    """``−Ω_ij / sqrt(Ω_ii Ω_jj)`` off the diagonal, 1 on it."""
-    d = np.sqrt(np.diag(prec))
-    pcor = -prec / np.outer(d, d)
-    np.fill_diagonal(pcor, 1.0)
-    return pcor
-
-
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     summary: dict = {}
     step = 0
@@ -103,7 +96,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     "converged": fitted.converged,
                     "n_iter": fitted.n_iter,
                     "seconds": fitted.seconds,
-                    "seconds_per_iter": fitted.seconds / max(fitted.n_iter, 1),
+                    "seconds_per_iter": fitted.seconds_per_iter,
                 }
                 if fitted.precision is not None:
                     res[method]["precision"] = np.round(fitted.precision, 4).tolist()

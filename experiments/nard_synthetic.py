@@ -34,7 +34,7 @@ from jaxlab.core.plots import panels_figure, save_figure
 from jaxlab.data.nard_synthetic import make_problem
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
-from jaxlab.methods.nard.benchmark import score_fit
+from jaxlab.methods.nard.evaluate import score_fit
 from jaxlab.methods.nard.report import (
     aggregate,
     headline,
