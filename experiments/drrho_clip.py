@@ -29,7 +29,7 @@ import pathlib
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter, write_json
-from jaxlab.core.plots import plot_bars, plot_curves
+from jaxlab.core.plots import bars_figure, curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, run_dir, sweep
 from jaxlab.data.captions import VOCAB
@@ -156,18 +156,19 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         m: {k: mean_sd([r[k] for r in rows]) for k in metrics} for m, rows in per_seed.items()
     }
     write_json(workdir / "per_seed.json", per_seed)
-    plot_bars(
+    fig = bars_figure(
         {k: {m: results[m][k]["mean"] for m in results} for k in metrics},
-        workdir / "results.png",
         title=f"drrho_clip: mean over {len(cfg.seeds)} seed(s)",
     )
+    save_figure(fig, workdir / "results.png")
     curves = {}
     for m in cfg.methods:
         curves[m] = read_curve(run_dir(workdir, m, cfg.seeds[0]), "eval_zero_shot_acc", x="step")
-    plot_curves(
-        curves, workdir / "zero_shot_curves.png", xlabel="step",
+    fig = curves_figure(
+        curves, xlabel="step",
         ylabel="in-batch zero-shot accuracy (eval)", title=f"drrho_clip, seed {cfg.seeds[0]}",
     )  # fmt: skip
+    save_figure(fig, workdir / "zero_shot_curves.png")
     zs = {m: results[m]["zero_shot_test"]["mean"] for m in results}
     headline = {f"zero_shot_{m}": v for m, v in zs.items()}
     headline.update({f"zero_shot_{m}_sd": results[m]["zero_shot_test"]["sd"] for m in results})

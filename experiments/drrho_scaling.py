@@ -24,7 +24,7 @@ import numpy as np
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter, write_json
-from jaxlab.core.plots import plot_scaling
+from jaxlab.core.plots import save_figure, scaling_figure
 from jaxlab.core.scaling import fit_power_law, mean_sd
 from jaxlab.core.sweep import Run, check_seeds, run_dir, sweep
 from jaxlab.data.captions import VOCAB
@@ -157,12 +157,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     write_json(
         workdir / "errors.json", {m: {str(n): v for n, v in e.items()} for m, e in errors.items()}
     )
-    plot_scaling(
+    fig = scaling_figure(
         {m: (np.repeat(cfg.sizes, len(cfg.seeds)), np.concatenate([e[n] for n in cfg.sizes]))
          for m, e in errors.items()},
-        fits, workdir / "scaling.png", xlabel="training pairs n (steps ∝ n)",
+        fits, xlabel="training pairs n (steps ∝ n)",
         ylabel="zero-shot error (held-out images)", title="drrho_scaling",
     )  # fmt: skip
+    save_figure(fig, workdir / "scaling.png")
     headline = {}
     for m, f in fits.items():
         headline.update({f"{m}_a": f.a, f"{m}_b": f.b, f"{m}_b_err": f.b_err})

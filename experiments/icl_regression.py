@@ -32,7 +32,7 @@ from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_pairs, plot_panels
+from jaxlab.core.plots import pairs_figure, panels_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.data.icl_regression import least_squares_error
@@ -204,20 +204,22 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
                 [r["steps"] for r in runs], [r["last_error"] for r in runs]
             )
             curves[f"D={width}", name] = (steps * entry["train_flops_per_step"], mean, sd)
-    plot_pairs(
-        curves, workdir / "error_vs_flops.png", xlabel="training FLOPs",
+    fig = pairs_figure(
+        curves, xlabel="training FLOPs",
         ylabel="squared error at the last query", logx=True, logy=True,
         title=f"icl_regression d={cfg.dim}: mean ± sd over {len(cfg.seeds)} seeds",
     )  # fmt: skip
+    save_figure(fig, workdir / "error_vs_flops.png")
     by_width = {
         name: (list(cfg.widths), [results[name][w]["final_last_error"]["mean"] for w in cfg.widths])
         for name in results
     }
     by_width["zero predictor"] = (list(cfg.widths), [refs["zero"]] * len(cfg.widths))
-    plot_panels(
-        {"final error at the last query": by_width}, workdir / "error_vs_width.png",
+    fig = panels_figure(
+        {"final error at the last query": by_width},
         xlabel="width D", logx=True, logy=True,
     )  # fmt: skip
+    save_figure(fig, workdir / "error_vs_width.png")
     headline = {
         "dim": cfg.dim,
         "seeds": len(cfg.seeds),

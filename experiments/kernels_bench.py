@@ -14,7 +14,8 @@ memory against T. (3) On a GPU only: forward and forward+backward TFLOP/s of the
 cuDNN and XLA for T in {1k, 4k, 16k}, head dim 64 and 128, bf16, causal and not, measured side by
 side in one process and reported as ratios and as a fraction of the H200's ~990 TFLOP/s bf16 peak.
 FLOPs follow FlashAttention-2 (Dao 2023, Sec. 4.1): forward ``4·B·H·T²·D`` (halved when causal),
-backward 2.5x the forward.
+backward 2.5x the forward. The measurements of (1) and (2) live in :mod:`jaxlab.nn.kernel_checks`;
+this file holds the configuration, the GPU timings, the run and the summary.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import numpy as np
 import pallas_kernels as pk
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.timing import time_call
-from jaxlab.nn.attention import xla_attention, xla_chunked_attention
+from jaxlab.nn.attention import xla_attention
+from jaxlab.nn.kernel_checks import correctness_rows, memory_rows
 
 H200_BF16_PEAK_TFLOPS = 989.5  # dense, NVIDIA H200 SXM datasheet
 
@@ -65,85 +67,6 @@ PRESETS = {
 
 def get_config(preset: str = "default") -> Config:
     return select_preset("kernels_bench", PRESETS, preset)
-
-
-# ------------------------------------------------------------------------------- correctness
-
-
-def _max_errors(fn, reference, args, dtype):
-    """Max |fn - reference| of the output and of each input gradient.
-
-    ``args`` are float32 values already representable in ``dtype``; ``fn`` runs in ``dtype``, the
-    reference in float32 (the truth), both on the same inputs and the same output cotangent.
-    """
-    low = lambda *a: fn(*(t.astype(dtype) for t in a)).astype(jnp.float32)  # noqa: E731
-    cotangent = jax.random.normal(jax.random.key(1), jax.eval_shape(reference, *args).shape)
-
-    def run(f):
-        out, vjp = jax.vjp(f, *args)
-        return (out, *vjp(cotangent))
-
-    with jax.default_matmul_precision("highest"):
-        got, want = jax.jit(lambda: run(low))(), jax.jit(lambda: run(reference))()
-    errors = [float(jnp.max(jnp.abs(g - w))) for g, w in zip(got, want, strict=True)]
-    return errors, max(float(jnp.max(jnp.abs(w))) for w in want)
-
-
-def correctness_rows(T: int, dtypes: tuple[str, ...]) -> list[dict]:
-    """Each kernel in float32 and bfloat16 against its float32 reference (GQA 4:2, D=32)."""
-    keys = jax.random.split(jax.random.key(0), 5)
-    seg = (jnp.arange(T)[None] >= T // 2).astype(jnp.int32).repeat(2, 0)
-    opts = dict(causal=True, segment_ids=seg, alibi_slopes=2.0 ** -jnp.arange(1.0, 5.0))
-    attention = {
-        "flash_attention": lambda *a: pk.flash_attention(*a, **opts),
-        "xla_chunked_attention": lambda *a: xla_chunked_attention(*a, chunk_size=32, **opts),
-        "xla_attention": lambda *a: xla_attention(*a, **opts),  # the reference's own rounding
-    }
-    rows = []
-    for dtype in dtypes:
-        rounded = lambda x, dt=dtype: x.astype(dt).astype(jnp.float32)  # noqa: E731
-        qkv = [
-            rounded(jax.random.normal(kk, (2, T, h, 32)))
-            for kk, h in zip(keys, (4, 2, 2), strict=False)
-        ]
-        ref = lambda *a: pk.flash_attention_reference(*a, **opts)  # noqa: E731
-        for kernel, fn in attention.items():
-            errors, size = _max_errors(fn, ref, qkv, dtype)
-            errs = dict(zip(("err_out", "err_dq", "err_dk", "err_dv"), errors, strict=True))
-            errs["ref_max_abs"] = size  # the largest reference value: errors are relative to it
-            rows.append(
-                dict(kernel=kernel, dtype=dtype, case="causal+segments+alibi, GQA 4:2", **errs)
-            )
-        xw = [rounded(jax.random.normal(keys[3], (2, T, 48))),
-              rounded(jax.random.normal(keys[4], (48, 80)))]  # fmt: skip
-        errors, size = _max_errors(
-            lambda x, w: pk.matmul(x, w, activation="gelu"),
-            lambda x, w: pk.matmul_reference(x, w, activation="gelu"),
-            xw,
-            dtype,
-        )
-        errs = dict(zip(("err_out", "err_dx", "err_dw"), errors, strict=True), ref_max_abs=size)
-        rows.append(dict(kernel="matmul", dtype=dtype, case="gelu, (2T, 48) @ (48, 80)", **errs))
-    return rows
-
-
-# ------------------------------------------------------------------------------------ memory
-
-
-def memory_rows(cfg: Config) -> list[dict]:
-    """Compiled temporary bytes of reference vs chunked attention (lowered and compiled only)."""
-    rows = []
-    for T in cfg.memory_lens:
-        spec = jax.ShapeDtypeStruct((1, T, cfg.memory_heads, cfg.memory_head_dim), jnp.float32)
-        row = dict(T=T)
-        for name, attn in (("xla", xla_attention), ("chunked", xla_chunked_attention)):
-            fwd = lambda q, k, v, attn=attn: attn(q, k, v, causal=True)  # noqa: E731
-            train = jax.grad(lambda q, k, v, f=fwd: jnp.sum(f(q, k, v)), argnums=(0, 1, 2))
-            for mode, fn in (("fwd", fwd), ("fwd_bwd", train)):
-                stats = jax.jit(fn).lower(spec, spec, spec).compile().memory_analysis()
-                row[f"{name}_{mode}_mib"] = stats.temp_size_in_bytes / 2**20
-        rows.append(row)
-    return rows
 
 
 def _slope(xs, ys) -> float:
@@ -218,7 +141,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             errs = [v for name, v in row.items() if name.startswith("err_")]
             key = f"max_err_{row['kernel'].split()[0]}_{row['dtype']}"
             summary[key] = max(summary.get(key, 0.0), *errs)
-        mem = memory_rows(cfg)
+        mem = memory_rows(cfg.memory_lens, cfg.memory_heads, cfg.memory_head_dim)
         for row in mem:
             writer.write(step, dict(part="memory", **row))
             print(row, flush=True)
@@ -227,13 +150,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         for name in ("xla_fwd", "chunked_fwd", "xla_fwd_bwd", "chunked_fwd_bwd"):
             summary[f"memory_slope_{name}"] = round(_slope(Ts, [r[f"{name}_mib"] for r in mem]), 3)
             summary[f"memory_mib_{name}_at_{Ts[-1]}"] = round(mem[-1][f"{name}_mib"], 2)
-        plot_curves(
+        fig = curves_figure(
             {name: (Ts, [r[f"{name}_mib"] for r in mem]) for name in
              ("xla_fwd", "chunked_fwd", "xla_fwd_bwd", "chunked_fwd_bwd")},
-            workdir / "attention_memory.png", xlabel="sequence length T",
+            xlabel="sequence length T",
             ylabel="compiled temporaries (MiB)", logx=True, logy=True,
             title=f"causal attention, B=1, H={cfg.memory_heads}, D={cfg.memory_head_dim}",
         )  # fmt: skip
+        save_figure(fig, workdir / "attention_memory.png")
         if platform == "gpu":
             rows = gpu_rows(cfg)
             for row in rows:
@@ -244,14 +168,15 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 for key in ("pallas_over_cudnn_fwd_bwd", "pallas_fwd_bwd_peak_fraction"):
                     if key in row:
                         summary[f"{key}_{tag}"] = round(row[key], 3)
-            plot_curves(
+            fig = curves_figure(
                 {f"{impl} D={D} causal": ([r["T"] for r in rows if r["D"] == D and r["causal"]],
                                           [r.get(f"{impl}_fwd_bwd_tflops", math.nan) for r in rows
                                            if r["D"] == D and r["causal"]])
                  for impl in ("pallas", "cudnn") for D in cfg.gpu_head_dims},
-                workdir / "gpu_tflops.png", xlabel="T", ylabel="fwd+bwd TFLOP/s", logx=True,
+                xlabel="T", ylabel="fwd+bwd TFLOP/s", logx=True,
                 title=f"bf16 attention on {summary['device']}",
             )  # fmt: skip
+            save_figure(fig, workdir / "gpu_tflops.png")
         else:
             summary["gpu_benchmark"] = f"skipped: no GPU (backend {platform})"
     summary["headline"] = {

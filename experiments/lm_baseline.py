@@ -36,7 +36,7 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
@@ -117,18 +117,18 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     metric = task.bits_metric  # bits_per_byte on byte-level data, else bits_per_token
     rows = [r for r in read_metrics(workdir) if f"eval_{metric}" in r]
     unit = metric.removeprefix("bits_per_")
-    plot_curves(
+    fig = curves_figure(
         {
             "validation": ([r["step"] for r in rows], [r[f"eval_{metric}"] for r in rows]),
             "unigram entropy": ([0, cfg.train.steps], [floor, floor]),
         },
-        workdir / f"val_{metric}.png",
         xlabel="step",
         ylabel=f"bits per {unit}",
         title="lm_baseline on KJV (validation books)"
         if cfg.data == "kjv"
         else f"lm_baseline on {cfg.data} (validation)",
     )
+    save_figure(fig, workdir / f"val_{metric}.png")
     model = nnx.eval_shape(lambda: Transformer(model_cfg, rngs=nnx.Rngs(0)))
     bits = summary["eval"].get(f"eval_{metric}")
     extra = {} if task.corpus is None else {f"val_{metric}": bits, "vocab_size": task.vocab_size}

@@ -28,7 +28,7 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
@@ -185,11 +185,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         runs = entry["runs"]
         tokens, mean, _ = mean_curve([r["tokens"] for r in runs], [r["eval_loss"] for r in runs])
         curves[name] = (tokens * entry["train_flops_per_token"], mean)
-    plot_curves(
-        curves, workdir / "loss_vs_compute.png", xlabel="non-embedding training FLOPs",
+    fig = curves_figure(
+        curves, xlabel="non-embedding training FLOPs",
         ylabel="validation loss (nats/byte)", logx=True,
         title=f"mlr_lm: mean over {len(cfg.seeds)} seeds",
     )  # fmt: skip
+    save_figure(fig, workdir / "loss_vs_compute.png")
     headline = {"seeds": len(cfg.seeds), "ranks": list(cfg.ranks), "window": cfg.window}
     lines = [f"mlr_lm (T={cfg.seq_len}, D={cfg.d_model}, head dim {cfg.head_dim}, ranks "
              f"{'|'.join(map(str, cfg.ranks))}, {len(cfg.seeds)} seeds):"]  # fmt: skip

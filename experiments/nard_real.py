@@ -29,11 +29,12 @@ import numpy as np
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_bars, plot_matrix
+from jaxlab.core.plots import bars_figure, matrix_figure, save_figure
 from jaxlab.data.nard_real import DATASETS, load
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
-from jaxlab.methods.nard.benchmark import fit_any, heldout_mse, standardise
+from jaxlab.methods.nard.evaluate import fit_any, heldout_mse, standardise
+from jaxlab.methods.nard.output import partial_correlations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,14 +71,6 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("nard_real", PRESETS, preset)
 
 
-def partial_correlations(prec: np.ndarray) -> np.ndarray:
-    """``−Ω_ij / sqrt(Ω_ii Ω_jj)`` off the diagonal, 1 on it."""
-    d = np.sqrt(np.diag(prec))
-    pcor = -prec / np.outer(d, d)
-    np.fill_diagonal(pcor, 1.0)
-    return pcor
-
-
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     summary: dict = {}
     step = 0
@@ -103,19 +96,19 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     "converged": fitted.converged,
                     "n_iter": fitted.n_iter,
                     "seconds": fitted.seconds,
-                    "seconds_per_iter": fitted.seconds / max(fitted.n_iter, 1),
+                    "seconds_per_iter": fitted.seconds_per_iter,
                 }
                 if fitted.precision is not None:
                     res[method]["precision"] = np.round(fitted.precision, 4).tolist()
                 if method == "nard":
-                    plot_matrix(
+                    fig = matrix_figure(
                         partial_correlations(fitted.precision),
-                        workdir / f"network_{name}.png",
                         labels=data.outputs,
                         title=f"NARD output network ({name}): partial correlations",
                         vmin=-1,
                         vmax=1,
                     )
+                    save_figure(fig, workdir / f"network_{name}.png")
                 row = {k: v for k, v in res[method].items() if k not in ("selected", "precision")}
                 writer.write(step, {"dataset": name, "method": method, **row})
                 step += 1
@@ -126,13 +119,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     flush=True,
                 )
             summary[name] = res
-    plot_bars(
+    fig = bars_figure(
         {
             f"{name}: held-out MSE": {m: v["heldout_mse"] for m, v in r.items()}
             for name, r in summary.items()
         },
-        workdir / "heldout_mse.png",
     )
+    save_figure(fig, workdir / "heldout_mse.png")
     keys = ("heldout_mse", "n_selected", "n_noise_selected", "converged", "folds_converged")
     headline = {
         name: {key: {m: v[key] for m, v in r.items()} for key in keys}

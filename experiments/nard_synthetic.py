@@ -30,12 +30,12 @@ import jax
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_panels
+from jaxlab.core.plots import panels_figure, save_figure
 from jaxlab.core.sweep import check_seeds
 from jaxlab.data.nard_synthetic import make_problem
 from jaxlab.methods.nard.api import METHODS
 from jaxlab.methods.nard.baselines import BASELINES
-from jaxlab.methods.nard.benchmark import score_fit
+from jaxlab.methods.nard.evaluate import score_fit
 from jaxlab.methods.nard.report import (
     aggregate,
     headline,
@@ -122,8 +122,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     top = {key: timing_slopes(table, 2, key=key) for key in ("seconds_per_iter", "seconds")}
     title = f"NARD synthetic: m={cfg.m}, N={cfg.n}, p={cfg.p}, {len(cfg.seeds)} seed(s)"
     kw = {"xlabel": "number of features d", "title": title, "logx": True}
-    plot_panels(timing_panels(table, slopes), workdir / "timing.png", logy=True, **kw)
-    plot_panels(rates_panels(table), workdir / "rates.png", **kw)
+    fig = panels_figure(timing_panels(table, slopes), logy=True, **kw)
+    save_figure(fig, workdir / "timing.png")
+    fig = panels_figure(rates_panels(table), **kw)
+    save_figure(fig, workdir / "rates.png")
     return {
         "headline": headline(table),
         "table": table,

@@ -26,10 +26,10 @@ import jax
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_traces
+from jaxlab.core.plots import save_figure, traces_figure
 from jaxlab.data.ot_problems import make_problem
 from jaxlab.methods.qn_ot import Method
-from jaxlab.methods.qn_ot.benchmark import (
+from jaxlab.methods.qn_ot.runners import (
     jaxlab_runner,
     ott_runner,
     reference_plan,
@@ -156,14 +156,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 case = f"{problem.name}_eta{eta:g}"
                 ref, ref_err = reference_plan(problem, eta)
                 rows = run_case(_runners(cfg, problem, eta, ref), cfg.repeats)
-                plot_traces(
+                fig = traces_figure(
                     {r["method"]: (r["errors"], r["times"]) for r in rows},
-                    workdir / f"conv_{case}.png",
                     ylabel="||g||",
                     threshold=cfg.tol,
                     highlight=("splr", "regot_splr"),
                     title=f"{case} (tol {cfg.tol:g})",
                 )
+                save_figure(fig, workdir / f"conv_{case}.png")
                 by = {r["method"]: r for r in rows}
                 for r in rows:
                     table = {k: v for k, v in r.items() if k not in ("errors", "times")}

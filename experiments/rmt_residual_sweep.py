@@ -21,7 +21,7 @@ from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
@@ -119,19 +119,19 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             }
             writer.write(i, {k: v for k, v in row.items() if k != "eval_losses"})
             results.append(row)
-    plot_curves(
+    fig = curves_figure(
         {
             "validation loss": (
                 [r["d_key"] for r in results],
                 [r["eval_loss_mean"] for r in results],
             )
         },
-        workdir / "loss_vs_dk.png",
         xlabel="Dk (residual key dimension)",
         ylabel="validation loss (nats/byte)",
         logx=True,
         title=f"R = {cfg.model.rank}",
     )
+    save_figure(fig, workdir / "loss_vs_dk.png")
     params = [r["params"] for r in results]
     headline = {
         f"Dk={r['d_key']} validation loss": f"{r['eval_loss_mean']:.3f} ± {r['eval_loss_std']:.3f}"

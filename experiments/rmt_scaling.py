@@ -50,7 +50,7 @@ from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_pairs, plot_scaling
+from jaxlab.core.plots import pairs_figure, save_figure, scaling_figure
 from jaxlab.core.scaling import fit_power_law, mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
@@ -402,28 +402,28 @@ def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
         for e, s in zip(entries, sizes, strict=True):
             tokens, mean, sd = _mean_curve(e["runs"])
             curves[f"D={s['width']}", arch] = (tokens * e["train_flops_per_token"], mean, sd)
-    plot_pairs(
+    fig = pairs_figure(
         curves,
-        workdir / "loss_vs_flops.png",
         xlabel="training FLOPs",
         ylabel=f"validation loss (nats/{'token' if cfg.data.startswith('shards:') else 'byte'})",
         logx=True,
         title=f"rmt_scaling: mean ± sd over {len(cfg.seeds)} seeds",
     )
-    plot_scaling(
+    save_figure(fig, workdir / "loss_vs_flops.png")
+    fig = scaling_figure(
         points_c,
         fits,
-        workdir / "loss_vs_flops_fit.png",
         xlabel="training FLOPs",
         ylabel="final validation loss (seed mean)",
     )
-    plot_scaling(
+    save_figure(fig, workdir / "loss_vs_flops_fit.png")
+    fig = scaling_figure(
         points_p,
         None,
-        workdir / "loss_vs_params.png",
         xlabel="non-embedding parameters",
         ylabel="final validation loss (seed mean)",
     )
+    save_figure(fig, workdir / "loss_vs_params.png")
     headline: dict = {"seeds": len(cfg.seeds), "init": cfg.init}
     for s in sizes:
         reach, tag = s["reach"], f"D={s['width']}"

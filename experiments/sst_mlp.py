@@ -23,7 +23,7 @@ from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
@@ -135,14 +135,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             }
             writer.write(i, {f"{method}_eval_relative_mse": final["mean"]})
             print(f"{method}: validation relative MSE {final['mean']:.4f} ± {final['sd']:.4f}")
-    plot_curves(
+    fig = curves_figure(
         {m: (r["runs"][0]["steps"], r["runs"][0]["eval_relative_mse"]) for m, r in results.items()},
-        workdir / "val_relative_mse.png",
         xlabel="step",
         ylabel="validation MSE / target variance",
         title=f"sst_mlp: rank {cfg.sst.rank} of {cfg.d_model} (seed {cfg.seeds[0]})",
         logy=True,
     )
+    save_figure(fig, workdir / "val_relative_mse.png")
     mse = {m: r["eval_relative_mse"]["mean"] for m, r in results.items()}
     order = None
     if {"full", "sst", "lora", "relora"} <= set(mse):

@@ -31,7 +31,7 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
@@ -285,23 +285,23 @@ def _headline(results: dict) -> dict:
 
 
 def _plots(results: dict, workdir: pathlib.Path) -> None:
-    plot_curves(
+    fig = curves_figure(
         {n: (r["runs"][0]["eval_steps"], r["runs"][0]["eval_ppl"]) for n, r in results.items()},
-        workdir / "val_ppl.png",
         xlabel="step",
         ylabel="validation perplexity (bytes)",
         title="sst_pretrain (seed 0)",
         logy=True,
     )
-    plot_curves(
+    save_figure(fig, workdir / "val_ppl.png")
+    fig = curves_figure(
         {
             n: (r["runs"][0]["grad_norm_steps"], r["runs"][0]["grad_norm"])
             for n, r in results.items()
             if n.startswith("transformer/")
         },
-        workdir / "grad_norm.png",
         xlabel="step",
         ylabel="gradient norm (log window mean)",
         title="sst_pretrain: gradient norms (seed 0)",
         logy=True,
     )
+    save_figure(fig, workdir / "grad_norm.png")

@@ -35,7 +35,7 @@ from jaxlab.core.config import check, to_dict
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_bars
+from jaxlab.core.plots import bars_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.data.digits_da import TASKS, DATask, load_task
@@ -200,14 +200,15 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 step += 1
                 print(f"grid alpha={alpha} beta={beta} last={stats['last']['mean']:.3f} "
                       f"share={stats['outlier_share']['mean']:.3f}", flush=True)  # fmt: skip
-    plot_bars(
+    fig = bars_figure(
         {f"{t}: target accuracy (last)": {m: v["last"]["mean"] for m, v in r.items()}
          for t, r in results.items()},
-        workdir / "accuracy.png",
     )  # fmt: skip
+    save_figure(fig, workdir / "accuracy.png")
     if grid:
-        plot_bars({"WARMPOT grid: target accuracy (last)": {k: v["last"]["mean"]
-                   for k, v in grid.items()}}, workdir / "grid.png")  # fmt: skip
+        fig = bars_figure({"WARMPOT grid: target accuracy (last)": {k: v["last"]["mean"]
+                          for k, v in grid.items()}})  # fmt: skip
+        save_figure(fig, workdir / "grid.png")
     headline = {
         t: {m: {k: (round(v[k]["mean"], 4), round(v[k]["sd"], 4)) for k in v} for m, v in r.items()}
         for t, r in results.items()

@@ -38,7 +38,7 @@ from flax import nnx
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import fit_loglog_slope
 from jaxlab.core.timing import time_interleaved
 from jaxlab.methods.xlstm import mlstm, xLSTM, xLSTMConfig
@@ -174,16 +174,18 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             writer.write(
                 S, {f"prefill_seconds_{n}": v[S] for n, v in prefill["seconds"].items() if S in v}
             )  # noqa: E501
-    plot_curves(
+    fig = curves_figure(
         {n: (list(v), list(v.values())) for n, v in prefill["seconds"].items()},
-        workdir / "prefill.png", xlabel="sequence length S", ylabel="seconds (median)",
+        xlabel="sequence length S", ylabel="seconds (median)",
         title="prefill time", logx=True, logy=True,
     )  # fmt: skip
-    plot_curves(
+    save_figure(fig, workdir / "prefill.png")
+    fig = curves_figure(
         {n: (list(d["latency"]), list(d["latency"].values())) for n, d in decode.items()},
-        workdir / "decode_latency.png", xlabel="context", ylabel="seconds per token (median)",
+        xlabel="context", ylabel="seconds per token (median)",
         title="decode latency, batch 1", logx=True, logy=True,
     )  # fmt: skip
+    save_figure(fig, workdir / "decode_latency.png")
     ref = 16384 if 16384 in cfg.contexts else max(cfg.contexts)
     x_mem = decode["xlstm"]["memory_bytes"]
     return {

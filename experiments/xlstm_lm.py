@@ -33,7 +33,7 @@ from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.plots import plot_curves
+from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep, value_at
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
@@ -143,7 +143,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         fpt = r["train_flops_per_token"]
         at = [value_at(run["tokens"], run["eval_loss"], budget, scale=fpt) for run in r["runs"]]
         r["eval_loss_at_equal_flops"] = mean_sd(at)
-    plot_curves(
+    fig = curves_figure(
         {
             f"{name} seed {run['seed']}": (
                 np.array(run["tokens"]) * r["train_flops_per_token"],
@@ -152,11 +152,11 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             for name, r in results.items()
             for run in r["runs"]
         },
-        workdir / "val_loss_vs_flops.png",
         xlabel="training FLOPs (analytic)",
         ylabel="validation loss (nats/byte)",
         title="xLSTM vs Transformer on KJV",
     )
+    save_figure(fig, workdir / "val_loss_vs_flops.png")
     x, t = results["xlstm"], results["transformer"]
     with MetricWriter(workdir, tensorboard=False) as writer:  # one row per seed, both models
         for i, seed in enumerate(cfg.seeds):

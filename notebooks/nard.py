@@ -44,7 +44,7 @@ jax.config.update("jax_enable_x64", True)  # the solvers' reference precision
 
 from jaxlab.core.plots import matrix_figure, panels_figure
 from jaxlab.data.nard_synthetic import make_problem
-from jaxlab.methods.nard import METHODS, fit, log_marginal_likelihood
+from jaxlab.methods.nard import METHODS, fit, log_marginal_likelihood, partial_correlations
 from jaxlab.methods.nard.scores import network_errors, support_rates
 
 d, m, n, p = (40, 5, 60, 3) if SMOKE else (300, 20, 200, 10)
@@ -88,21 +88,15 @@ panels_figure({"objective": traces}, xlabel="iteration", logx=True)
 
 # %% [markdown]
 # ## The learned output network
-# Partial correlations −Ω_ij / sqrt(Ω_ii Ω_jj) of the true chain and of NARD's estimate.
-
-
-# %%
-def partial_corr(prec):
-    s = np.sqrt(np.diag(prec))
-    out = -np.asarray(prec) / np.outer(s, s)
-    np.fill_diagonal(out, 0.0)
-    return out
-
-
-matrix_figure(partial_corr(problem.precision), title="true Ω", vmin=-0.6, vmax=0.6)
+# Partial correlations −Ω_ij / sqrt(Ω_ii Ω_jj) of the true chain and of NARD's estimate (the
+# diagonal is 1).
 
 # %%
-matrix_figure(partial_corr(results["nard"].precision), title="NARD Ω", vmin=-0.6, vmax=0.6)
+matrix_figure(partial_correlations(problem.precision), title="true Ω", vmin=-0.6, vmax=0.6)
+
+# %%
+nard_pcor = partial_correlations(results["nard"].precision)
+matrix_figure(nard_pcor, title="NARD Ω", vmin=-0.6, vmax=0.6)
 
 # %% [markdown]
 # ## The surrogate is a lower bound

@@ -3,8 +3,8 @@
 Figures are built as ``matplotlib.figure.Figure`` objects and saved directly, never through
 ``pyplot``: there is no global figure state to leak between calls or threads, nothing to close, and
 no GUI backend is ever selected, so the same code works headless in CI, in a notebook and on a
-cluster. Every ``plot_*`` function returns the path it wrote, creating parent folders as needed;
-its ``*_figure`` twin returns the figure itself, which is how the notebooks draw, so experiments
+cluster. Each kind of figure has one ``*_figure`` function that returns it, which is how the
+notebooks draw; experiments pass it to :func:`save_figure`, which writes the PNG, so experiments
 and notebooks share one style.
 """
 
@@ -26,13 +26,8 @@ __all__ = [
     "matrix_figure",
     "pairs_figure",
     "panels_figure",
-    "plot_bars",
-    "plot_curves",
-    "plot_matrix",
-    "plot_pairs",
-    "plot_panels",
-    "plot_scaling",
-    "plot_traces",
+    "save_figure",
+    "scaling_figure",
     "traces_figure",
 ]
 
@@ -40,40 +35,13 @@ _FIGSIZE = (6.0, 4.0)
 _DPI = 120
 
 
-def _save(fig: Figure, path: str | os.PathLike) -> pathlib.Path:
+def save_figure(fig: Figure, path: str | os.PathLike) -> pathlib.Path:
+    """Writes ``fig`` as a PNG at ``path`` (creating parent folders) and returns the path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=_DPI)
     return path
-
-
-def plot_curves(
-    series: Mapping[str, tuple[ArrayLike, ArrayLike]],
-    path: str | os.PathLike,
-    *,
-    xlabel: str,
-    ylabel: str,
-    title: str = "",
-    logx: bool = False,
-    logy: bool = False,
-) -> pathlib.Path:
-    """Plots named ``(x, y)`` curves on one axis and saves a PNG.
-
-    Args:
-        series: Curve name to ``(x, y)``, e.g. ``{"train": (steps, losses)}``.
-        path: Where to write the PNG.
-        xlabel: Label of the x axis.
-        ylabel: Label of the y axis.
-        title: Optional title.
-        logx: Log-scale the x axis.
-        logy: Log-scale the y axis.
-
-    Returns:
-        The path written.
-    """
-    fig = curves_figure(series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy)
-    return _save(fig, path)
 
 
 def curves_figure(
@@ -86,8 +54,20 @@ def curves_figure(
     logy: bool = False,
     hlines: Mapping[str, float] | None = None,
 ) -> Figure:
-    """The figure :func:`plot_curves` saves; ``hlines`` adds named dashed horizontal references
-    (a floor such as an entropy, a tolerance)."""
+    """Named ``(x, y)`` curves on one axis.
+
+    Args:
+        series: Curve name to ``(x, y)``, e.g. ``{"train": (steps, losses)}``.
+        xlabel: Label of the x axis.
+        ylabel: Label of the y axis.
+        title: Optional title.
+        logx: Log-scale the x axis.
+        logy: Log-scale the y axis.
+        hlines: Named dashed horizontal references (a floor such as an entropy, a tolerance).
+
+    Returns:
+        The figure.
+    """
     fig = Figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
     for name, (x, y) in series.items():
@@ -108,35 +88,6 @@ def curves_figure(
 _LINESTYLES = ("-", "--", ":", "-.")
 
 
-def plot_pairs(
-    curves: Mapping[
-        tuple[str, str], tuple[ArrayLike, ArrayLike] | tuple[ArrayLike, ArrayLike, ArrayLike]
-    ],
-    path: str | os.PathLike,
-    *,
-    xlabel: str,
-    ylabel: str,
-    title: str = "",
-    logx: bool = False,
-    logy: bool = False,
-) -> pathlib.Path:
-    """Curves of matched models, paired visibly: one colour per group, one line style per variant.
-
-    Args:
-        curves: ``(group, variant)`` to ``(x, y)`` or ``(x, y, spread)``; e.g. group ``"D=128"``,
-            variant ``"transformer"`` / ``"rmt"``. A spread (the half-width of a band: a standard
-            deviation over seeds, say) is drawn as a shaded band around ``y``.
-        path: Where to write the PNG.
-        xlabel, ylabel, title, logx, logy: as in :func:`plot_curves`.
-
-    Returns:
-        The path written.
-    """
-    return _save(
-        pairs_figure(curves, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy), path
-    )
-
-
 def pairs_figure(
     curves: Mapping[tuple[str, str], tuple[ArrayLike, ...]],
     *,
@@ -146,7 +97,17 @@ def pairs_figure(
     logx: bool = False,
     logy: bool = False,
 ) -> Figure:
-    """The figure :func:`plot_pairs` saves (a notebook can display it as it is)."""
+    """Curves of matched models, paired visibly: one colour per group, one line style per variant.
+
+    Args:
+        curves: ``(group, variant)`` to ``(x, y)`` or ``(x, y, spread)``; e.g. group ``"D=128"``,
+            variant ``"transformer"`` / ``"rmt"``. A spread (the half-width of a band: a standard
+            deviation over seeds, say) is drawn as a shaded band around ``y``.
+        xlabel, ylabel, title, logx, logy: as in :func:`curves_figure`.
+
+    Returns:
+        The figure.
+    """
     groups = list(dict.fromkeys(g for g, _ in curves))
     variants = list(dict.fromkeys(v for _, v in curves))
     fig = Figure(figsize=_FIGSIZE)
@@ -170,15 +131,14 @@ def pairs_figure(
     return fig
 
 
-def plot_scaling(
+def scaling_figure(
     points: Mapping[str, tuple[ArrayLike, ArrayLike]],
     fits: Mapping[str, PowerLawFit] | None,
-    path: str | os.PathLike,
     *,
     xlabel: str,
     ylabel: str,
     title: str = "",
-) -> pathlib.Path:
+) -> Figure:
     """Log-log scatter of measured points with their fitted power laws.
 
     Args:
@@ -186,13 +146,12 @@ def plot_scaling(
         fits: Optional series name to :class:`~jaxlab.core.scaling.PowerLawFit`; each is drawn
             over its series' x range (extended by a quarter decade each side) with the exponent
             ``b ± b_err`` (and ``c`` when nonzero) in the legend.
-        path: Where to write the PNG.
         xlabel: Label of the x axis.
         ylabel: Label of the y axis.
         title: Optional title.
 
     Returns:
-        The path written.
+        The figure.
     """
     fig = Figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
@@ -216,35 +175,7 @@ def plot_scaling(
     if points:
         ax.legend(fontsize="small")
     ax.grid(True, which="both", alpha=0.3)
-    return _save(fig, path)
-
-
-def plot_panels(
-    panels: Mapping[str, Mapping[str, tuple[ArrayLike, ArrayLike]]],
-    path: str | os.PathLike,
-    *,
-    xlabel: str,
-    title: str = "",
-    logx: bool = False,
-    logy: bool = False,
-) -> pathlib.Path:
-    """A row of panels over one x quantity, each with named curves (points marked), saved as PNG.
-
-    Args:
-        panels: Panel y label to its curves, each ``name -> (x, y)``; e.g.
-            ``{"TPR": {"nard": (ds, tpr)}, "FPR": {"nard": (ds, fpr)}}``. A name keeps its colour
-            in every panel, and single points stay visible (markers).
-        path: Where to write the PNG.
-        xlabel: Label of every x axis.
-        title: Optional title above the row.
-        logx: Log-scale the x axes.
-        logy: Log-scale the y axes.
-
-    Returns:
-        The path written.
-    """
-    fig = panels_figure(panels, xlabel=xlabel, title=title, logx=logx, logy=logy)
-    return _save(fig, path)
+    return fig
 
 
 def panels_figure(
@@ -255,7 +186,20 @@ def panels_figure(
     logx: bool = False,
     logy: bool = False,
 ) -> Figure:
-    """The figure :func:`plot_panels` saves (a notebook can display it as it is)."""
+    """A row of panels over one x quantity, each with named curves (points marked).
+
+    Args:
+        panels: Panel y label to its curves, each ``name -> (x, y)``; e.g.
+            ``{"TPR": {"nard": (ds, tpr)}, "FPR": {"nard": (ds, fpr)}}``. A name keeps its colour
+            in every panel, and single points stay visible (markers).
+        xlabel: Label of every x axis.
+        title: Optional title above the row.
+        logx: Log-scale the x axes.
+        logy: Log-scale the y axes.
+
+    Returns:
+        The figure.
+    """
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
     fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.75, _FIGSIZE[1]))
     for k, (ylabel, curves) in enumerate(panels.items()):
@@ -276,34 +220,6 @@ def panels_figure(
     return fig
 
 
-def plot_matrix(
-    matrix: ArrayLike,
-    path: str | os.PathLike,
-    *,
-    labels: tuple[str, ...] | None = None,
-    title: str = "",
-    vmin: float | None = None,
-    vmax: float | None = None,
-    cmap: str = "RdBu_r",
-) -> pathlib.Path:
-    """A matrix as a heat map with a colour bar (e.g. partial correlations), saved as PNG.
-
-    Args:
-        matrix: The values (n×n, or any 2-D shape).
-        path: Where to write the PNG.
-        labels: Optional names of the rows and columns (square matrices).
-        title: Optional title.
-        vmin: Lower end of the colour scale (default: the data's).
-        vmax: Upper end of the colour scale (default: the data's).
-        cmap: A matplotlib colour map (a diverging one for signed values).
-
-    Returns:
-        The path written.
-    """
-    fig = matrix_figure(matrix, labels=labels, title=title, vmin=vmin, vmax=vmax, cmap=cmap)
-    return _save(fig, path)
-
-
 def matrix_figure(
     matrix: ArrayLike,
     *,
@@ -313,7 +229,19 @@ def matrix_figure(
     vmax: float | None = None,
     cmap: str = "RdBu_r",
 ) -> Figure:
-    """The figure :func:`plot_matrix` saves (a notebook can display it as it is)."""
+    """A matrix as a heat map with a colour bar (e.g. partial correlations).
+
+    Args:
+        matrix: The values (n×n, or any 2-D shape).
+        labels: Optional names of the rows and columns (square matrices).
+        title: Optional title.
+        vmin: Lower end of the colour scale (default: the data's).
+        vmax: Upper end of the colour scale (default: the data's).
+        cmap: A matplotlib colour map (a diverging one for signed values).
+
+    Returns:
+        The figure.
+    """
     fig = Figure(figsize=(_FIGSIZE[1] * 1.15, _FIGSIZE[1]))
     ax = fig.add_subplot()
     im = ax.imshow(np.asarray(matrix), cmap=cmap, vmin=vmin, vmax=vmax)
@@ -325,27 +253,16 @@ def matrix_figure(
     return fig
 
 
-def plot_bars(
-    panels: Mapping[str, Mapping[str, float]],
-    path: str | os.PathLike,
-    *,
-    title: str = "",
-) -> pathlib.Path:
+def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -> Figure:
     """Horizontal bar charts side by side, one per panel (e.g. a score per method per dataset).
 
     Args:
         panels: Panel title to ``name -> value``.
-        path: Where to write the PNG.
         title: Optional title above the panels.
 
     Returns:
-        The path written.
+        The figure.
     """
-    return _save(bars_figure(panels, title=title), path)
-
-
-def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -> Figure:
-    """The figure :func:`plot_bars` saves (a notebook can display it as it is)."""
     fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.6, _FIGSIZE[1] * 0.85))
     for k, (name, bars) in enumerate(panels.items()):
         ax = fig.add_subplot(1, len(panels), k + 1)
@@ -358,35 +275,6 @@ def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -
     return fig
 
 
-def plot_traces(
-    traces: Mapping[str, tuple[ArrayLike, ArrayLike]],
-    path: str | os.PathLike,
-    *,
-    ylabel: str,
-    threshold: float | None = None,
-    highlight: tuple[str, ...] = (),
-    title: str = "",
-) -> pathlib.Path:
-    """Iterative solvers' traces against iterations and against seconds, log y axis, side by side.
-
-    Args:
-        traces: Solver name to ``(values, seconds)``: the recorded value after 0, 1, ... iterations
-            (NaN entries are dropped) and the elapsed seconds at each of them.
-        path: Where to write the PNG.
-        ylabel: Label of the y axis (e.g. an error norm).
-        threshold: Draws a dotted horizontal line there (e.g. the tolerance).
-        highlight: Names drawn with thicker lines (e.g. the method and its reference).
-        title: Optional title.
-
-    Returns:
-        The path written.
-    """
-    fig = traces_figure(
-        traces, ylabel=ylabel, threshold=threshold, highlight=highlight, title=title
-    )
-    return _save(fig, path)
-
-
 def traces_figure(
     traces: Mapping[str, tuple[ArrayLike, ArrayLike]],
     *,
@@ -395,7 +283,19 @@ def traces_figure(
     highlight: tuple[str, ...] = (),
     title: str = "",
 ) -> Figure:
-    """The figure :func:`plot_traces` saves (a notebook can display it as it is)."""
+    """Iterative solvers' traces against iterations and against seconds, log y axis, side by side.
+
+    Args:
+        traces: Solver name to ``(values, seconds)``: the recorded value after 0, 1, ... iterations
+            (NaN entries are dropped) and the elapsed seconds at each of them.
+        ylabel: Label of the y axis (e.g. an error norm).
+        threshold: Draws a dotted horizontal line there (e.g. the tolerance).
+        highlight: Names drawn with thicker lines (e.g. the method and its reference).
+        title: Optional title.
+
+    Returns:
+        The figure.
+    """
     fig = Figure(figsize=(11.0, 4.2))
     ax_it, ax_t = fig.subplots(1, 2)
     for name, (values, seconds) in traces.items():

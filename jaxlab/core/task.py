@@ -85,10 +85,8 @@ def has_task_state(task: Any) -> bool:
 
 
 def units_per_example(task: Any) -> tuple[int, str]:
-    """``task.units_per_example()``, or the older ``tokens_per_example()``, or one example."""
+    """``task.units_per_example()``, or one example."""
     if hasattr(task, "units_per_example"):
         count, unit = task.units_per_example()
         return int(count), str(unit)
-    if hasattr(task, "tokens_per_example"):  # tasks written before the neutral name
-        return int(task.tokens_per_example()), "tokens"
     return 1, "examples"

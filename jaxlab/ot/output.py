@@ -78,11 +78,6 @@ class OTOutput(NamedTuple):
     n_evals: Int[Array, ""]
 
     @property
-    def n_iters(self) -> Int[Array, ""]:
-        """Read-only alias of ``n_iter`` (the name before the project-wide convention)."""
-        return self.n_iter
-
-    @property
     def error(self) -> Float[Array, ""]:
         """Final ``‖g‖₂``, ``errors[n_iter]``."""
         return self.errors[self.n_iter]

@@ -3,7 +3,8 @@
 The checks of the shared loop's promises that only real processes can make — a run SIGKILLed
 after a checkpoint resumes to the same metrics, two processes of 4 devices compute what one of 8
 does — all start the same short ``lm_baseline`` recipe with extra ``--set`` options (a data
-source, say). These are the pieces they share.
+source, say); the one-run-per-workdir checks need a second process holding a workdir. These are the
+pieces they share.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "compared_rows",
     "cpu_env",
     "free_port",
+    "hold_workdir",
     "kill_after_checkpoint",
     "lm_command",
     "run_two_processes",
@@ -113,6 +115,29 @@ def kill_after_checkpoint(
     proc.wait()
     assert alive, "the run finished before it could be killed"
     return max(r["step"] for r in read_metrics(workdir))
+
+
+_HOLD = """
+import sys, time
+from jaxlab.core.workdir import workdir_lock
+with workdir_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def hold_workdir(workdir: pathlib.Path, repo_root: pathlib.Path) -> subprocess.Popen:
+    """Starts a process that holds ``workdir``'s run lock for two minutes and returns it once the
+    lock is taken (for the one-run-per-workdir checks; kill it when done)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(workdir)],
+        cwd=repo_root,
+        env=dict(os.environ, PYTHONPATH=str(repo_root), JAX_PLATFORMS="cpu"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "locked", "the holder did not take the lock"
+    return proc
 
 
 def free_port() -> int:

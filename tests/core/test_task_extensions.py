@@ -177,13 +177,18 @@ def test_hook_that_breaks_the_state_stops_the_run_and_keeps_the_checkpoint(tmp_p
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["4"]
 
 
-def test_units_per_example_and_the_older_tokens_per_example():
+def test_units_per_example():
     from jaxlab.core.task import units_per_example
 
-    class Old:
+    class Tokens:
+        def units_per_example(self):
+            return 128, "tokens"
+
+    class Old:  # the removed name is not read any more
         def tokens_per_example(self):
             return 128
 
-    assert units_per_example(Old()) == (128, "tokens")
+    assert units_per_example(Tokens()) == (128, "tokens")
+    assert units_per_example(Old()) == (1, "examples")
     assert units_per_example(ToyTask()) == (1, "examples")
     assert units_per_example(object()) == (1, "examples")

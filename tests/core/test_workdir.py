@@ -1,37 +1,16 @@
 """The workdir: one run at a time (a real second process), stale locks, bad paths, held runs."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
-
-HOLD = """
-import sys, time
-from jaxlab.core.workdir import workdir_lock
-with workdir_lock(sys.argv[1]):
-    print("locked", flush=True)
-    time.sleep(120)
-"""
-
-
-def _hold_in_subprocess(workdir, repo_root):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(workdir)],
-        cwd=repo_root,
-        env=dict(os.environ, PYTHONPATH=str(repo_root), JAX_PLATFORMS="cpu"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+from jaxlab.testing.processes import hold_workdir
 
 
 def test_a_second_process_is_refused_while_the_first_holds_the_workdir(tmp_path, repo_root):
-    proc = _hold_in_subprocess(tmp_path, repo_root)
+    proc = hold_workdir(tmp_path, repo_root)
     try:
         with pytest.raises(RunError, match=rf"in use by another run \(process {proc.pid}\)"):
             with workdir_lock(tmp_path):

@@ -2,7 +2,6 @@
 each give one line, and the workdir rules (late errors, locks, resuming after a divergence)."""
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 from jaxlab.core import experiment
 from jaxlab.core.errors import RunError
 from jaxlab.core.metrics import read_metrics
-from tests.core.test_workdir import HOLD
+from jaxlab.testing.processes import hold_workdir
 
 
 @pytest.fixture(scope="module")
@@ -151,15 +150,8 @@ def test_late_config_error_does_not_poison_the_default_workdir(
 
 
 def test_a_second_run_on_a_held_workdir_refuses_in_one_line(run_main, capsys, tmp_path, repo_root):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(tmp_path)],
-        cwd=repo_root,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(repo_root)),
-    )
+    proc = hold_workdir(tmp_path, repo_root)
     try:
-        assert proc.stdout.readline().strip() == "locked"
         assert run_main([*SMOKE4, "--workdir", str(tmp_path)]) == 1
         err = capsys.readouterr().err.strip()
         assert err == (

@@ -7,13 +7,16 @@ delete),
 ``surrogate`` (Lipschitz lower bound with a diagonal intermediate matrix) and
 ``sequential_surrogate`` — all pure JAX with ``lax.while_loop`` inside. :func:`graphical_lasso` is
 the JAX graphical lasso they share; :func:`log_marginal_likelihood` evaluates the model's evidence.
+Every algorithm and every baseline returns a :class:`NARDResult`; :func:`partial_correlations`
+turns its output network Ω into partial correlations.
 See ``README.md`` in this folder for the derivations and measured results.
 """
 
-from jaxlab.methods.nard.api import METHODS, Method, NARDResult, fit
+from jaxlab.methods.nard.api import METHODS, Method, fit
 from jaxlab.methods.nard.cv import select_lam
 from jaxlab.methods.nard.glasso import GlassoResult, graphical_lasso
 from jaxlab.methods.nard.model import log_marginal_likelihood
+from jaxlab.methods.nard.output import NARDResult, partial_correlations
 
 __all__ = [
     "METHODS",
@@ -23,5 +26,6 @@ __all__ = [
     "fit",
     "graphical_lasso",
     "log_marginal_likelihood",
+    "partial_correlations",
     "select_lam",
 ]

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.nard.cv import check_lam, select_lam
+from jaxlab.methods.nard.output import NARDResult
 from jaxlab.methods.nard.solve import METHODS, Method, run_solver
 
-__all__ = ["METHODS", "Method", "NARDResult", "fit", "run_solver", "validate"]
+__all__ = ["METHODS", "Method", "fit", "validate"]
 
 DEFAULT_MAX_ITER = {
     "nard": 500,
@@ -33,42 +33,6 @@ DEFAULT_MAX_ITER = {
     "sequential": 2000,
     "sequential_surrogate": 3000,
 }
-
-
-class NARDResult(NamedTuple):
-    """Result of :func:`fit`.
-
-    Attributes:
-      coef: W (m×d), the posterior mean of the coefficients (0 for pruned features).
-      alpha: prior precisions α (d,); ``inf`` for pruned features.
-      precision: the output precision Ω (m×m), sparse through the graphical lasso.
-      selected: features with ``‖x_i‖² / α_i ≥ threshold`` (default 10): the prior variance of
-        ``w_i`` is at least ``threshold`` times the variance ``1/‖x_i‖²`` of its single-feature
-        least-squares estimate. For unit-variance inputs this is ``α_i ≤ N / threshold``. (Exact ARD
-        maxima keep many irrelevant features at large but finite α, ~N; a fixed α cut would not.)
-      objective: the ascended objective after each iteration (``n_iter + 1`` values): the penalised
-        log marginal likelihood for ``nard``/``sequential``, its surrogate lower bound for the
-        surrogate methods.
-      n_iter: iterations run.
-      converged: whether the relative objective change fell below ``tol`` within ``max_iter`` at a
-        finite objective (a non-finite objective stops the solver and is never converged).
-      seconds: total wall time to convergence: the statistics plus the solver loop (no
-        compilation).
-      seconds_per_iter: ``seconds / n_iter`` (the statistics included, spread over the iterations).
-      stats_seconds: the part of ``seconds`` spent on the statistics (the d×d Gram matrix for
-        ``nard`` and ``sequential``; ``YXᵀ``, ``YYᵀ`` and ρ for the surrogate methods).
-    """
-
-    coef: Float[Array, "m d"]
-    alpha: Float[Array, " d"]
-    precision: Float[Array, "m m"]
-    selected: Bool[Array, " d"]
-    objective: Float[Array, " T"]
-    n_iter: int
-    converged: bool
-    seconds: float
-    seconds_per_iter: float
-    stats_seconds: float
 
 
 def validate(X: ArrayLike, Y: ArrayLike) -> tuple[Array, Array]:
@@ -137,13 +101,15 @@ def fit(
       tol: stop when the relative change of the objective is at most ``tol``.
       alpha_update: α-step of ``method="nard"``: ``"mackay"`` (fast) or ``"em"`` (monotone).
       max_active: active-set capacity of the sequential methods (default ``min(d, N, 100)``).
-      threshold: selection threshold, see :class:`NARDResult`.
+      threshold: selection threshold, see
+        :class:`~jaxlab.methods.nard.output.NARDResult`'s ``selected``.
       lams: candidate λ values for ``lam="cv"`` (default :data:`~jaxlab.methods.nard.cv.LAMS`).
       cv_folds: number of folds for ``lam="cv"``.
       seed: seed of the fold assignment for ``lam="cv"``.
 
     Returns:
-      A :class:`NARDResult`.
+      A :class:`~jaxlab.methods.nard.output.NARDResult` with the features selected, the objective
+      trace cut to its ``n_iter + 1`` values, and the times.
 
     Raises:
       ConfigError: bad data (see :func:`validate`) or options (an unknown method, λ that is not a
@@ -171,22 +137,14 @@ def fit(
         lam = select_lam(Xj, Yj, method, lams=lams, folds=cv_folds, seed=seed, **opts).best
     elif isinstance(lam, str):
         raise ConfigError(f"lam must be a finite number >= 0 or 'cv', got {lam!r}")
-    run = run_solver(method, Xj, Yj, check_lam(lam), **opts)
-    out = run.output
+    out = run_solver(method, Xj, Yj, check_lam(lam), **opts)
     n_iter = int(out.n_iter)
-    gamma = out.gamma
     norms = jnp.sum(Xj * Xj, axis=1)
-    return NARDResult(
-        coef=out.coef,
-        alpha=jnp.where(gamma > 0, 1.0 / jnp.where(gamma > 0, gamma, 1.0), jnp.inf),
-        precision=out.precision,
-        selected=gamma * norms >= threshold,
+    return out._replace(
+        selected=out.gamma * norms >= threshold,
         objective=out.objective[: n_iter + 1],
         n_iter=n_iter,
         converged=bool(out.converged),
-        seconds=run.seconds,
-        seconds_per_iter=run.seconds / max(n_iter, 1),
-        stats_seconds=run.stats_seconds,
     )
 
 

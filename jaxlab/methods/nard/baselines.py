@@ -10,7 +10,8 @@
   iterations): ``LassoCV`` per output (3-fold), then the graphical lasso (scikit-learn) on the
   residual covariance with the same λ as NARD. Selected: union of the per-output supports.
 
-Every baseline returns a :class:`BaselineOutput` with the wall time, its own iteration count (ARD's
+Every baseline returns the family's :class:`~jaxlab.methods.nard.output.NARDResult` (no ``gamma``
+and no objective trace; ``stats_seconds`` NaN) with the wall time, its own iteration count (ARD's
 evidence iterations summed over outputs; for the lasso methods the coordinate-descent sweeps of the
 final refits, the cross-validation path being counted in ``seconds`` only) and whether it
 converged: ARD when every output stopped on its tolerance before ``ard_iter``; the lasso methods
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import NamedTuple
 
 import numpy as np
 from sklearn.covariance import graphical_lasso
@@ -30,20 +30,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import ARDRegression, LassoCV, MultiTaskLassoCV
 from threadpoolctl import threadpool_limits
 
-__all__ = ["BASELINES", "BaselineOutput", "run_baseline"]
+from jaxlab.methods.nard.output import NARDResult
+
+__all__ = ["BASELINES", "run_baseline"]
 
 BASELINES = ("ard", "mtlasso", "two_stage")
-
-
-class BaselineOutput(NamedTuple):
-    """coef (m×d), selected (d,), precision (m×m, or None), seconds, n_iter, converged."""
-
-    coef: np.ndarray
-    selected: np.ndarray
-    precision: np.ndarray | None
-    seconds: float
-    n_iter: int
-    converged: bool
 
 
 def _ard(X, Y, max_iter, tol):
@@ -89,7 +80,7 @@ def run_baseline(
     ard_iter: int = 1000,
     ard_tol: float = 1e-3,
     lasso_iter: int = 10000,
-) -> BaselineOutput:
+) -> NARDResult:
     """Fits baseline ``name`` (one of :data:`BASELINES`) on X (d×N), Y (m×N) and times it.
 
     Args:
@@ -121,4 +112,15 @@ def run_baseline(
             raise ValueError(f"unknown baseline {name!r}; use one of {BASELINES}")
     seconds = time.perf_counter() - start
     warned = any(issubclass(w.category, ConvergenceWarning) for w in caught)
-    return BaselineOutput(*out[:3], seconds, max(int(out[3]), 1), bool(out[4]) and not warned)
+    coef, selected, precision, n_iter, converged = out
+    return NARDResult(
+        coef=coef,
+        gamma=None,
+        precision=precision,
+        objective=None,
+        n_iter=max(int(n_iter), 1),
+        converged=bool(converged) and not warned,
+        selected=selected,
+        seconds=seconds,
+        stats_seconds=float("nan"),
+    )

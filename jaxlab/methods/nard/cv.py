@@ -87,7 +87,7 @@ def select_lam(
         total = 0.0
         for test in parts:
             train = np.setdiff1d(np.arange(n), test)
-            out = run_solver(method, X[:, train], Y[:, train], float(lam), **opts).output
+            out = run_solver(method, X[:, train], Y[:, train], float(lam), **opts)
             total += heldout_loglik(out.coef, out.precision, X[:, test], Y[:, test])
         scores.append(total / folds)
     if not np.any(np.isfinite(scores)):

@@ -33,7 +33,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.iterate import iterate, relative_change
 from jaxlab.methods.nard.model import Posterior, Stats, objective, posterior, residual_cov
-from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
+from jaxlab.methods.nard.output import NARDResult, diagonal_precision, omega_step
 
 __all__ = ["NardState", "alpha_step", "solve_nard"]
 
@@ -99,7 +99,7 @@ def solve_nard(
     rule: str = "mackay",
     prune: float = 1e-8,
     glasso_iter: int = 100,
-) -> SolverOutput:
+) -> NARDResult:
     """Runs block coordinate ascent from ``γ₀`` and ``Ω₀ = diag(1/diag S(γ₀))``.
 
     Args:
@@ -113,7 +113,7 @@ def solve_nard(
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
-      A :class:`~jaxlab.methods.nard.output.SolverOutput`.
+      A :class:`~jaxlab.methods.nard.output.NARDResult`.
     """
     g_diag = jnp.diagonal(stats.gram)
     post, precision, value = _evaluate(gamma0, None, stats, lam, glasso_iter)
@@ -132,4 +132,4 @@ def solve_nard(
         stop=relative_change(tol),
     )
     s = it.state
-    return SolverOutput(s.post.mean, s.gamma, s.precision, it.trace, it.n_iter, it.converged)
+    return NARDResult(s.post.mean, s.gamma, s.precision, it.trace, it.n_iter, it.converged)

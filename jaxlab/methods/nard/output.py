@@ -1,12 +1,16 @@
-"""The output every NARD solver returns, and the Ω-step they share.
+"""The one result of the NARD family, and the Ω-step every NARD solver shares.
 
-All four algorithms (``nard``, ``surrogate``, ``sequential``, ``sequential_surrogate``) return a
-:class:`SolverOutput` in the variance parametrisation ``γ = 1/α`` (``γ_i = 0``: feature i pruned),
-with the objective trace padded by NaN after ``n_iter``; :func:`jaxlab.methods.nard.fit` turns it
-into the user-facing result. :func:`omega_step` is the Ω-update of every algorithm: a warm-started
-graphical lasso whose result is kept only when it raises ``log|Ω| − tr(ΩS) − λ‖Ω‖₁,off`` (the
-coordinate-descent solution is exact only up to its tolerance, and the solvers promise monotone
-objectives).
+:class:`NARDResult` is what every NARD algorithm (``nard``, ``surrogate``, ``sequential``,
+``sequential_surrogate``) and every baseline (:mod:`~jaxlab.methods.nard.baselines`) returns, with
+the house solver convention (``n_iter``, ``converged``, a trace, ``seconds``) beside the estimate.
+A solver called directly (jitted) fills the estimate in the variance parametrisation ``γ = 1/α``
+(``γ_i = 0``: feature i pruned) and the objective trace padded by NaN after ``n_iter``, and leaves
+``selected``, ``seconds`` and ``stats_seconds`` as ``None``;
+:func:`~jaxlab.methods.nard.solve.run_solver` times it and :func:`jaxlab.methods.nard.fit` selects
+the features and trims the trace. :func:`omega_step` is the Ω-update of every algorithm: a
+warm-started graphical lasso whose result is kept only when it raises
+``log|Ω| − tr(ΩS) − λ‖Ω‖₁,off`` (the coordinate-descent solution is exact only up to its
+tolerance, and the solvers promise monotone objectives).
 """
 
 from __future__ import annotations
@@ -14,33 +18,77 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.methods.nard.glasso import graphical_lasso
 from jaxlab.methods.nard.model import penalised_gaussian
 
-__all__ = ["SolverOutput", "diagonal_precision", "omega_step"]
+__all__ = ["NARDResult", "diagonal_precision", "omega_step", "partial_correlations"]
 
 
-class SolverOutput(NamedTuple):
-    """Raw solver output.
+class NARDResult(NamedTuple):
+    """A fit of a NARD algorithm or a baseline.
 
     Attributes:
-      coef: W (m×d), the posterior mean (surrogate methods: the surrogate's, equal to the posterior
-        mean at a fixed point).
-      gamma: prior variances ``1/α`` (d,), 0 for pruned features.
-      precision: Ω (m×m).
-      objective: trace of the ascended objective, ``max_iter + 1`` entries, NaN after ``n_iter``.
-      n_iter: iterations run.
-      converged: whether the relative objective change fell below ``tol``.
+      coef: W (m×d), the posterior mean of the coefficients (0 for pruned features; the surrogate
+        methods: the surrogate's, equal to the posterior mean at a fixed point).
+      gamma: prior variances ``1/α`` (d,), 0 for pruned features; ``None`` for the baselines.
+      precision: the output precision Ω (m×m), sparse through the graphical lasso; ``None`` for a
+        baseline without an output network.
+      objective: the ascended objective after each iteration: the penalised log marginal
+        likelihood for ``nard``/``sequential``, its surrogate lower bound for the surrogate
+        methods. ``n_iter + 1`` values from :func:`~jaxlab.methods.nard.fit`; ``max_iter + 1``
+        padded with NaN from a solver called directly; ``None`` for the baselines.
+      n_iter: iterations run (a baseline: its own count, see
+        :mod:`~jaxlab.methods.nard.baselines`).
+      converged: NARD: whether the relative objective change fell below ``tol`` within
+        ``max_iter`` at a finite objective (a non-finite objective stops the solver and is never
+        converged); a baseline: see :mod:`~jaxlab.methods.nard.baselines`.
+      selected: features with ``‖x_i‖² / α_i ≥ threshold`` (default 10): the prior variance of
+        ``w_i`` is at least ``threshold`` times the variance ``1/‖x_i‖²`` of its single-feature
+        least-squares estimate. For unit-variance inputs this is ``α_i ≤ N / threshold``. (Exact ARD
+        maxima keep many irrelevant features at large but finite α, ~N; a fixed α cut would not.)
+        ``None`` from a solver called directly.
+      seconds: total wall time to convergence, compilation excluded: NARD's statistics plus its
+        solver loop; a baseline's whole call. ``None`` when not timed (a solver called directly).
+      stats_seconds: the part of ``seconds`` spent on NARD's statistics (the d×d Gram matrix for
+        ``nard`` and ``sequential``; ``YXᵀ``, ``YYᵀ`` and ρ for the surrogate methods); NaN for the
+        baselines, ``None`` when not timed.
     """
 
     coef: Float[Array, "m d"]
-    gamma: Float[Array, " d"]
-    precision: Float[Array, "m m"]
-    objective: Float[Array, " T"]
-    n_iter: Int[Array, ""]
-    converged: Bool[Array, ""]
+    gamma: Float[Array, " d"] | None
+    precision: Float[Array, "m m"] | None
+    objective: Float[Array, " T"] | None
+    n_iter: Int[Array, ""] | int
+    converged: Bool[Array, ""] | bool
+    selected: Bool[Array, " d"] | None = None
+    seconds: float | None = None
+    stats_seconds: float | None = None
+
+    @property
+    def alpha(self) -> Float[Array, " d"] | None:
+        """Prior precisions α = 1/γ (d,); ``inf`` for pruned features, ``None`` for baselines."""
+        if self.gamma is None:
+            return None
+        g = self.gamma
+        return jnp.where(g > 0, 1.0 / jnp.where(g > 0, g, 1.0), jnp.inf)
+
+    @property
+    def seconds_per_iter(self) -> float:
+        """``seconds / n_iter`` (NARD's statistics included, spread over the iterations)."""
+        return self.seconds / max(int(self.n_iter), 1)
+
+
+def partial_correlations(precision: Float[Array, "m m"]) -> np.ndarray:
+    """The output network as partial correlations: ``−Ω_ij / sqrt(Ω_ii Ω_jj)`` off the diagonal, 1
+    on it (the correlation of outputs i and j given all the others)."""
+    prec = np.asarray(precision)
+    d = np.sqrt(np.diag(prec))
+    pcor = -prec / np.outer(d, d)
+    np.fill_diagonal(pcor, 1.0)
+    return pcor
 
 
 def diagonal_precision(cov: Float[Array, "m m"]) -> Float[Array, "m m"]:

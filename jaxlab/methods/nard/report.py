@@ -3,7 +3,7 @@
 ``aggregate`` averages the per-(size, seed, method) rows of a run over seeds (``converged`` becomes
 the fraction of seeds that converged); ``timing_slopes`` fits ``log(time) = slope · log d + c`` per
 method with :func:`jaxlab.core.scaling.fit_loglog_slope`; ``timing_panels`` and ``rates_panels``
-arrange the table for :func:`jaxlab.core.plots.plot_panels`; ``headline`` picks the numbers that
+arrange the table for :func:`jaxlab.core.plots.panels_figure`; ``headline`` picks the numbers that
 answer the ``nard_synthetic`` claim at the largest d.
 """
 
@@ -60,7 +60,7 @@ def _curve(by_d: dict, key: str) -> tuple[list[int], list[float]]:
 
 
 def timing_panels(table: dict, slopes: dict[str, dict[str, float]]) -> dict:
-    """Panels of seconds per iteration and seconds to convergence against d (for ``plot_panels``).
+    """Panels of seconds per iteration and seconds to convergence against d (for ``panels_figure``).
 
     ``slopes[key][method]`` (for ``key`` in ``seconds_per_iter``, ``seconds``) goes into the
     curve's name when it is finite.
@@ -80,7 +80,7 @@ def timing_panels(table: dict, slopes: dict[str, dict[str, float]]) -> dict:
 
 
 def rates_panels(table: dict) -> dict:
-    """Panels of TPR, FPR and the fraction of seeds converged against d (for ``plot_panels``)."""
+    """Panels of TPR, FPR and the fraction of seeds converged against d (for ``panels_figure``)."""
     return {
         label: {m: _curve(by_d, key) for m, by_d in table.items()}
         for key, label in (("tpr", "TPR"), ("fpr", "FPR"), ("converged", "fraction converged"))

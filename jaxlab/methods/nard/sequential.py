@@ -42,7 +42,7 @@ from jaxlab.methods.nard.active_set import (
     scatter,
 )
 from jaxlab.methods.nard.model import Posterior, Stats, objective, posterior, residual_cov
-from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
+from jaxlab.methods.nard.output import NARDResult, diagonal_precision, omega_step
 
 __all__ = ["SequentialState", "active_posterior", "factors", "solve_sequential"]
 
@@ -97,7 +97,7 @@ def solve_sequential(
     max_active: int = 100,
     tol: float = 1e-6,
     glasso_iter: int = 100,
-) -> SolverOutput:
+) -> NARDResult:
     """Runs the sequential algorithm from the empty model and ``Ω₀ = diag(N / diag YYᵀ)``.
 
     Args:
@@ -109,7 +109,7 @@ def solve_sequential(
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
-      A :class:`~jaxlab.methods.nard.output.SolverOutput`.
+      A :class:`~jaxlab.methods.nard.output.NARDResult`.
     """
     m, d = stats.cross.shape
     active = empty(min(max_active, d), d, stats.cross.dtype)
@@ -133,6 +133,6 @@ def solve_sequential(
     s = it.state
     post, _, _ = active_posterior(s.active, stats)
     coef = scatter(post.mean, s.active, d)
-    return SolverOutput(
+    return NARDResult(
         coef, scatter(s.active.gamma, s.active, d), s.precision, it.trace, it.n_iter, it.converged
     )

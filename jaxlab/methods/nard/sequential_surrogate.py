@@ -37,7 +37,7 @@ from jaxlab.methods.nard.active_set import (
     scatter,
 )
 from jaxlab.methods.nard.bound import SurrogateStats, surrogate_cov, surrogate_value
-from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
+from jaxlab.methods.nard.output import NARDResult, diagonal_precision, omega_step
 
 __all__ = ["SeqSurrogateState", "solve_sequential_surrogate"]
 
@@ -69,7 +69,7 @@ def solve_sequential_surrogate(
     max_active: int = 100,
     tol: float = 1e-6,
     glasso_iter: int = 100,
-) -> SolverOutput:
+) -> NARDResult:
     """Runs the sequential surrogate algorithm from the empty model and ``Ω₀ = diag(N/diag YYᵀ)``.
 
     Args:
@@ -82,7 +82,7 @@ def solve_sequential_surrogate(
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
-      A :class:`~jaxlab.methods.nard.output.SolverOutput` (``objective`` is g's trace).
+      A :class:`~jaxlab.methods.nard.output.NARDResult` (``objective`` is g's trace).
     """
     m, d = stats.cross.shape
     dtype = stats.cross.dtype
@@ -121,7 +121,7 @@ def solve_sequential_surrogate(
 
     it = iterate(step, init, value, max_iter=max_iter, stop=relative_change(tol))
     s = it.state
-    return SolverOutput(
+    return NARDResult(
         scatter(s.w, s.active, d),
         scatter(s.active.gamma, s.active, d),
         s.precision,

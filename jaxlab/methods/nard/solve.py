@@ -14,7 +14,7 @@ compilation it exists to exclude has already happened).
 from __future__ import annotations
 
 import enum
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +24,12 @@ from jaxlab.core.timing import time_call
 from jaxlab.methods.nard.bound import surrogate_stats
 from jaxlab.methods.nard.model import initial_gamma, suff_stats
 from jaxlab.methods.nard.nard import solve_nard
-from jaxlab.methods.nard.output import SolverOutput
+from jaxlab.methods.nard.output import NARDResult
 from jaxlab.methods.nard.sequential import solve_sequential
 from jaxlab.methods.nard.sequential_surrogate import solve_sequential_surrogate
 from jaxlab.methods.nard.surrogate import solve_surrogate
 
-__all__ = ["METHODS", "SURROGATE_METHODS", "Method", "SolverRun", "run_solver", "solver_inputs"]
+__all__ = ["METHODS", "SURROGATE_METHODS", "Method", "run_solver", "solver_inputs"]
 
 
 class Method(enum.StrEnum):
@@ -44,21 +44,6 @@ class Method(enum.StrEnum):
 METHODS = tuple(m.value for m in Method)
 # The methods that never form the d×d Gram matrix XXᵀ.
 SURROGATE_METHODS = (Method.SURROGATE.value, Method.SEQUENTIAL_SURROGATE.value)
-
-
-class SolverRun(NamedTuple):
-    """A solver's output and its wall time (compilation excluded).
-
-    Attributes:
-      output: the solver's :class:`~jaxlab.methods.nard.output.SolverOutput`.
-      seconds: the statistics plus the solver loop.
-      stats_seconds: the statistics alone (the d×d Gram matrix for ``nard`` and ``sequential``;
-        ``YXᵀ``, ``YYᵀ`` and ρ for the surrogate methods).
-    """
-
-    output: SolverOutput
-    seconds: float
-    stats_seconds: float
 
 
 @jax.jit
@@ -127,8 +112,13 @@ def run_solver(
     tol: float,
     alpha_update: str = "mackay",
     max_active: int = 100,
-) -> SolverRun:
-    """Computes ``method``'s statistics, runs its solver, and times both (see module docstring)."""
+) -> NARDResult:
+    """Computes ``method``'s statistics, runs its solver, and times both (see module docstring).
+
+    Returns:
+      The solver's :class:`~jaxlab.methods.nard.output.NARDResult` with ``seconds`` (the
+      statistics plus the solver loop) and ``stats_seconds`` (the statistics alone) filled in.
+    """
     kind = "surrogate" if method in SURROGATE_METHODS else "exact"
     prep = _compiled(("inputs", kind, _signature((X, Y))), solver_inputs(method), (X, Y), {}, {})
     inputs, stats_seconds = _timed(prep, (X, Y), {})
@@ -138,4 +128,4 @@ def run_solver(
     key = (method, tuple(sorted(static.items())), _signature(args))
     solver = _compiled(key, fn, args, static, {"tol": tol})
     out, solve_seconds = _timed(solver, args, {"tol": tol})
-    return SolverRun(out, stats_seconds + solve_seconds, stats_seconds)
+    return out._replace(seconds=stats_seconds + solve_seconds, stats_seconds=stats_seconds)

@@ -41,7 +41,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.iterate import iterate, relative_change
 from jaxlab.methods.nard.bound import SurrogateStats, surrogate_cov, surrogate_value
-from jaxlab.methods.nard.output import SolverOutput, diagonal_precision, omega_step
+from jaxlab.methods.nard.output import NARDResult, diagonal_precision, omega_step
 
 __all__ = ["SurrogateState", "solve_surrogate", "surrogate_init", "surrogate_step"]
 
@@ -120,7 +120,7 @@ def solve_surrogate(
     max_iter: int = 500,
     tol: float = 1e-6,
     glasso_iter: int = 100,
-) -> SolverOutput:
+) -> NARDResult:
     """Runs the surrogate ascent; ``objective`` in the output is the trace of g.
 
     Args:
@@ -134,7 +134,7 @@ def solve_surrogate(
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 
     Returns:
-      A :class:`~jaxlab.methods.nard.output.SolverOutput`.
+      A :class:`~jaxlab.methods.nard.output.NARDResult`.
     """
     state, value = surrogate_init(X, Y, stats, lam, gamma0)
 
@@ -143,4 +143,4 @@ def solve_surrogate(
 
     it = iterate(step, state, value, max_iter=max_iter, stop=relative_change(tol))
     s = it.state
-    return SolverOutput(s.w, s.gamma, s.precision, it.trace, it.n_iter, it.converged)
+    return NARDResult(s.w, s.gamma, s.precision, it.trace, it.n_iter, it.converged)

@@ -48,7 +48,6 @@ def test_every_method_reaches_tol_and_the_long_sinkhorn_plan(
     assert out.potentials[1][-1] == 0  # gauge β_m = 0
     # converged is honest: exactly when the last recorded (finite) error is below tol
     assert bool(out.converged) == bool(out.errors[out.n_iter] < 1e-10)
-    assert int(out.n_iters) == int(out.n_iter)  # the old name still reads
 
 
 def test_splr_matches_pot_regot_and_ott(x64, problem):
@@ -67,7 +66,7 @@ def test_splr_matches_pot_regot_and_ott(x64, problem):
 def test_splr_densities_in_bounds_and_gauge_invariance(x64, problem):
     cost, a, b = problem
     out = solve(a, b, cost, epsilon=EPS, tol=1e-10, density_max=0.2)
-    rho = np.asarray(out.densities[: int(out.n_iters)])
+    rho = np.asarray(out.densities[: int(out.n_iter)])
     assert np.all((rho >= 0.2 / 100 - 1e-15) & (rho <= 0.2 + 1e-15))
     # reversing the columns moves the gauge column; the plan must follow the permutation
     rev = solve(a, b[::-1], cost[:, ::-1], epsilon=EPS, tol=1e-10, density_max=0.2)
@@ -77,7 +76,7 @@ def test_splr_densities_in_bounds_and_gauge_invariance(x64, problem):
 def test_max_iter_is_reported(x64, problem):
     cost, a, b = problem
     out = solve(a, b, cost, epsilon=EPS, method="sinkhorn", max_iter=3)
-    assert not bool(out.converged) and bool(out.hit_max_iter) and int(out.n_iters) == 3
+    assert not bool(out.converged) and bool(out.hit_max_iter) and int(out.n_iter) == 3
     assert np.isfinite(out.errors[3]) and np.all(np.isnan(out.errors[4:]))
 
 

@@ -1,4 +1,4 @@
-"""Side-by-side convergence benchmark: jaxlab's solvers, ott-jax's Sinkhorn and the C++ SPLR.
+"""Runners of the side-by-side convergence benchmark: jaxlab, ott-jax Sinkhorn, C++ SPLR.
 
 The protocol of Wang & Qiu (ICML 2025, Section 5) at CPU size: for each problem and ``η``, every
 method runs to ``‖g‖₂ < tol`` (or its budget) in this process, on the same float64 input; we record
