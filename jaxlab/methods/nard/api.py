@@ -6,9 +6,17 @@
 both compiled once per (method, options, shapes) and timed without compilation: ``seconds`` is the
 total time to convergence including the statistics (the d×d Gram matrix for the exact methods),
 ``seconds_per_iter`` is that total over the iterations. Arrays follow the paper: X is d×N, Y is
-m×N (columns are samples). Nothing is centred or scaled here: centre Y and X (no intercept in the
-model) and scale X to unit variance before calling, as the experiments do. ``lam="cv"`` picks λ by
-K-fold cross-validation (:mod:`~jaxlab.methods.nard.cv`).
+m×N (columns are samples). Nothing is centred here: centre Y and X before calling (the model has no
+intercept), as the experiments do. ``lam="cv"`` picks λ by K-fold cross-validation
+(:mod:`~jaxlab.methods.nard.cv`).
+
+Scale. Every solver runs on the features divided by their root mean square, ``x_i / rms(x_i)``,
+and the result is mapped back (``coef_i / rms_i``, ``γ_i / rms_i²``). ARD is equivariant under a
+rescaling of a feature (the prior variance of ``w_i`` absorbs it), so this changes nothing but
+rounding for ``nard`` and ``sequential``; the surrogate methods are not: their Lipschitz bound
+``ρ ≥ λ_max(XXᵀ)`` is isotropic, so one feature 5 times larger than the others (or a constant row
+at 5) raised ρ until every other feature was pruned, and they stopped at once with an empty
+support marked converged. On unit-RMS rows they recover the same support as ``nard``.
 """
 
 from __future__ import annotations
@@ -133,14 +141,18 @@ def fit(
         if not _positive(value):
             raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
     opts = dict(max_iter=max_iter, tol=tol, alpha_update=alpha_update, max_active=max_active)
+    rms = jnp.sqrt(jnp.mean(Xj * Xj, axis=1))  # > 0: validate refuses all-zero rows
+    Xs = Xj / rms[:, None]
     if isinstance(lam, str) and lam == "cv":
-        lam = select_lam(Xj, Yj, method, lams=lams, folds=cv_folds, seed=seed, **opts).best
+        lam = select_lam(Xs, Yj, method, lams=lams, folds=cv_folds, seed=seed, **opts).best
     elif isinstance(lam, str):
         raise ConfigError(f"lam must be a finite number >= 0 or 'cv', got {lam!r}")
-    out = run_solver(method, Xj, Yj, check_lam(lam), **opts)
+    out = run_solver(method, Xs, Yj, check_lam(lam), **opts)
     n_iter = int(out.n_iter)
-    norms = jnp.sum(Xj * Xj, axis=1)
+    norms = jnp.sum(Xs * Xs, axis=1)
     return out._replace(
+        coef=out.coef / rms[None, :],
+        gamma=out.gamma / rms**2,
         selected=out.gamma * norms >= threshold,
         objective=out.objective[: n_iter + 1],
         n_iter=n_iter,

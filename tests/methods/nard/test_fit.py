@@ -36,6 +36,32 @@ def test_support_recovery(problem, method):
     assert np.all(est[problem.precision != 0])
 
 
+@pytest.fixture(scope="module")
+def small():
+    return make_problem(40, m=5, n=80, p=4, seed=0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("change", ["scaled_by_5", "constant_at_5"])
+def test_one_feature_on_another_scale_changes_no_variants_answer(small, method, change, x64):
+    # A feature 5 times larger than the others, or a constant row at 5, once made the surrogate
+    # methods prune everything and report convergence (their Lipschitz bound is isotropic). fit
+    # runs every method on unit-RMS rows: the support is the one found on the plain data, and the
+    # exact methods' coefficients are equivariant (the rescaled feature's weight scales back).
+    j = next(i for i in range(39, 0, -1) if not small.support[i])
+    X = np.array(small.X)
+    X[j] = X[j] * 5 if change == "scaled_by_5" else 5.0
+    plain = fit(small.X, small.Y, method=method)
+    res = fit(X, small.Y, method=method)
+    np.testing.assert_array_equal(res.selected, small.support)
+    np.testing.assert_array_equal(plain.selected, small.support)
+    assert res.converged
+    if method in ("nard", "sequential") and change == "scaled_by_5":
+        keep = np.arange(40) != j
+        np.testing.assert_allclose(res.coef[:, keep], plain.coef[:, keep], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(res.coef[:, j] * 5, plain.coef[:, j], rtol=1e-6, atol=1e-9)
+
+
 def test_lambda_by_cross_validation_is_the_argmax_of_an_independent_cv_curve(x64):
     # A fine grid whose held-out curve peaks inside it: neighbouring λ differ by ~1-2 % of the
     # score, and the in-sample curve peaks elsewhere, so scoring the wrong samples, a wrong sign or
