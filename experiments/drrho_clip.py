@@ -34,7 +34,14 @@ from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, run_dir, sweep
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
-from jaxlab.methods.drrho_clip.pipeline import DataConfig, Splits, evaluate, make_splits, train
+from jaxlab.methods.drrho_clip.pipeline import (
+    DataConfig,
+    Splits,
+    check_recipe,
+    evaluate,
+    make_splits,
+    train,
+)
 from jaxlab.methods.drrho_clip.task import LossConfig
 
 METHODS = ("clip", "gcl", "jest", "kd", "drrho", "drrho_kd")
@@ -52,6 +59,7 @@ class Config:
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
+        check_recipe(self.data, self.train, self.reference_train, self.loss, self.methods)
 
 
 def _train_cfg(steps: int, batch: int, lr: float, evals: int = 4, **kw) -> TrainConfig:
@@ -92,7 +100,7 @@ PRESETS = {
         model=CLIPConfig.vit_b(len(VOCAB)),
         train=_train_cfg(30000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
-        data=DataConfig(train_pairs=1_000_000, reference_pairs=100_000),
+        data=DataConfig(train_pairs=1_000_000, reference_pairs=100_000, test_pairs=10_240),
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
         seeds=(0,),
     ),

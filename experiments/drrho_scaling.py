@@ -29,7 +29,14 @@ from jaxlab.core.scaling import fit_power_law, mean_sd
 from jaxlab.core.sweep import Run, check_seeds, run_dir, sweep
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
-from jaxlab.methods.drrho_clip.pipeline import DataConfig, Splits, evaluate, make_splits, train
+from jaxlab.methods.drrho_clip.pipeline import (
+    DataConfig,
+    Splits,
+    check_recipe,
+    evaluate,
+    make_splits,
+    train,
+)
 from jaxlab.methods.drrho_clip.task import LossConfig
 
 
@@ -46,6 +53,10 @@ class Config:
     def __post_init__(self) -> None:
         check(len(self.sizes) >= 2 and min(self.sizes) > 1, "sizes: at least two sizes > 1")
         check_seeds(self.seeds)
+        check_recipe(
+            self.data, self.train, self.reference_train, self.loss, ("clip", "drrho"),
+            train_pairs=min(self.sizes),
+        )  # fmt: skip
 
 
 def _train_cfg(steps: int, batch: int, lr: float) -> TrainConfig:
@@ -74,7 +85,7 @@ PRESETS = {
         train=_train_cfg(2000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         sizes=(100_000, 200_000, 400_000, 800_000),
-        data=DataConfig(reference_pairs=100_000),
+        data=DataConfig(reference_pairs=100_000, test_pairs=10_240),
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
     ),
 }

@@ -225,3 +225,17 @@ def test_real_cli_exit_code_without_traceback(repo_root):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "train.learning_rate" in proc.stderr
+
+
+def test_every_preset_of_every_experiment_builds(repo_root):
+    # Config checks run when a preset is built, so a preset that could never run (a batch above
+    # its eval split, say) fails here rather than on the accelerator it was written for.
+    exp_dir = repo_root / "experiments"
+    built = 0
+    for name in experiment.available(exp_dir):
+        module = experiment.load(exp_dir, name)
+        for preset in getattr(module, "PRESETS", {"default": None}):
+            overrides = {} if preset == "smoke" else {"preset": preset}
+            assert experiment.resolve_config(module, overrides, preset == "smoke")[0] == preset
+            built += 1
+    assert built > 2 * len(experiment.available(exp_dir))

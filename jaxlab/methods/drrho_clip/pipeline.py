@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from typing import get_args
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,9 +27,15 @@ from jaxlab.data.captions import (
     zero_shot_prompts,
 )
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
-from jaxlab.methods.drrho_clip.task import CLIPTask, LossConfig, embed_pairs, restore_model
+from jaxlab.methods.drrho_clip.task import (
+    CLIPTask,
+    LossConfig,
+    Objective,
+    embed_pairs,
+    restore_model,
+)
 
-__all__ = ["DataConfig", "Splits", "evaluate", "make_splits", "train"]
+__all__ = ["DataConfig", "Splits", "check_recipe", "evaluate", "make_splits", "train"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,51 @@ class DataConfig:
         check(0 <= self.mention <= 1, "data.mention must be in [0, 1]")
         for name in ("train_pairs", "reference_pairs", "test_pairs", "held_out_pairs"):
             check(getattr(self, name) > 1, f"data.{name} must be at least 2")
+
+
+def check_recipe(
+    data: DataConfig,
+    train_cfg: TrainConfig,
+    reference_train: TrainConfig,
+    loss: LossConfig,
+    methods: tuple[str, ...],
+    train_pairs: int | None = None,
+) -> None:
+    """Checks an experiment's recipe before anything trains (one-line ConfigErrors).
+
+    Every method must be a known objective, and each batch must fit its split: a target's batch
+    (JEST's super-batch ``batch / jest_keep``) in the ``train_pairs`` noisy pairs (default
+    ``data.train_pairs``), the reference's in ``data.reference_pairs``, and both in the test pairs
+    that supply the eval batches.
+    """
+    known = get_args(Objective)
+    check(len(methods) >= 1, "methods is empty; give at least one of " + ", ".join(known))
+    for m in methods:
+        check(m in known, f"methods: {m!r} is not one of {', '.join(known)}")
+    check(len(set(methods)) == len(methods), f"methods={list(methods)} repeats a method")
+    pairs = data.train_pairs if train_pairs is None else train_pairs
+    batch = train_cfg.batch_size
+    if "jest" in methods:
+        batch = round(batch / loss.jest_keep)
+    check(
+        batch <= pairs,
+        f"train.batch_size={train_cfg.batch_size} needs {batch} of the {pairs} training pairs per "
+        "step; lower train.batch_size",
+    )
+    check(
+        reference_train.batch_size <= data.reference_pairs,
+        f"reference_train.batch_size={reference_train.batch_size} is above "
+        f"data.reference_pairs={data.reference_pairs}; lower it",
+    )
+    for name, b in (
+        ("train", train_cfg.batch_size),
+        ("reference_train", reference_train.batch_size),
+    ):
+        check(
+            b <= data.test_pairs,
+            f"{name}.batch_size={b} is above data.test_pairs={data.test_pairs}, which supply the "
+            "eval batches; lower it",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
