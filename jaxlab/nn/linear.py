@@ -59,7 +59,7 @@ from jaxtyping import Array, Float
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn import attention
+from jaxlab.nn.pallas_switch import pallas_ready
 from pallas_kernels.matmul import ACTIVATIONS
 
 __all__ = [
@@ -116,9 +116,9 @@ def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
 
 def default_matmul_impl(platform: str | None = None) -> MatmulImpl:
     """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
-    passed there (:func:`jaxlab.nn.attention.pallas_ready`, the same switch as the attention
+    passed there (:func:`jaxlab.nn.pallas_switch.pallas_ready`, the same switch as the attention
     kernels), XLA otherwise (on CPU Pallas only interprets)."""
-    return MatmulImpl.PALLAS if attention.pallas_ready(platform) else MatmulImpl.XLA
+    return MatmulImpl.PALLAS if pallas_ready(platform) else MatmulImpl.XLA
 
 
 def _normal(rngs: nnx.Rngs, shape, std: float, axes, param_dtype) -> nnx.Param:

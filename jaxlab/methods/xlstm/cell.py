@@ -36,8 +36,9 @@ differentiated, the same steps run as a ``lax.scan`` over chunk-major copies, wh
 is linear too (``_chunks``). Sequences that are not chunk multiples are padded with tokens that
 leave the state unchanged (``i = -1e30``, ``lf = 0``).
 ``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
-``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the same
-switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chunkwise`` elsewhere.
+``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the
+repo-wide switch of the other kernels (:func:`jaxlab.nn.pallas_switch.pallas_ready`) and
+``chunkwise`` elsewhere.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from jaxtyping import Array, Float
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import pallas_ready
+from jaxlab.nn.pallas_switch import pallas_ready
 
 __all__ = ["MLSTMState", "mlstm", "mlstm_parallel", "mlstm_step", "zero_state"]
 
