@@ -42,6 +42,7 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
+from jaxlab.methods.xlstm.norm import MultiHeadNorm
 from jaxlab.methods.xlstm.slstm import sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
@@ -74,24 +75,6 @@ class HeadGates(nnx.Module):
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
         return soft_cap(x_BTE.astype(F32) @ self.kernel[...] + self.bias[...], self.cap)
-
-
-class MultiHeadNorm(nnx.Module):
-    """LayerNorm of each head's cell output over its Dv channels, weight only, in float32 (the
-    7B's ``MultiHeadLayerNorm``)."""
-
-    def __init__(self, heads: int, dim: int, eps: float, param_dtype: str, rngs: nnx.Rngs):
-        init = param_init(nnx.initializers.ones, ("heads",))
-        self.scale = nnx.Param(init(rngs.params(), (heads * dim,), jnp.dtype(param_dtype)))
-        self.heads, self.dim, self.eps = heads, dim, eps
-
-    def __call__(self, h_BTHV: Float[Array, "B T NH Dv"]) -> Float[Array, "B T V"]:
-        h = h_BTHV.astype(F32)
-        mean = jnp.mean(h, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
-        h = (h - mean) * jax.lax.rsqrt(var + self.eps)
-        B, T = h.shape[:2]
-        return h.reshape(B, T, -1) * self.scale[...].astype(F32)
 
 
 class mLSTMLayer(nnx.Module):  # noqa: N801
