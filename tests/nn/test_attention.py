@@ -247,3 +247,29 @@ def test_every_impl_gets_the_one_shape_check(impl):
             q[:, :6], k, v, causal=True, segment_ids=jnp.zeros((2, 6), jnp.int32), impl=impl
         )
     assert str(err.value).startswith("attention: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            dict(k=jnp.ones((2, 12, 3, 8))),
+            "attention: 4 query heads are not a multiple of 3 kv heads",
+        ),
+        (dict(alibi_slopes=jnp.ones(3)), "attention: alibi_slopes(3,) must be (H,)=(4,)"),
+        (dict(causal=True, k=jnp.ones((2, 6, 4, 8))), "attention: causal attention needs at least"),
+    ],
+)
+def test_the_dispatch_and_the_flash_kernel_share_one_qkv_check(mutate, message):
+    """One check (pallas_kernels.check_qkv): the kernel's message is the dispatch's, prefixed by
+    the kernel's name."""
+    q = jnp.ones((2, 12, 4, 8))
+    kwargs = dict(q=q, k=q, v=q, causal=False)
+    kwargs.update(mutate)
+    kwargs["v"] = kwargs["k"]
+    with pytest.raises(ConfigError) as ours:
+        dot_product_attention(**kwargs)
+    with pytest.raises(pallas_kernels.KernelConfigError) as kernel:
+        pallas_kernels.flash_attention(**kwargs)
+    assert str(ours.value).startswith(message) and "\n" not in str(ours.value)
+    assert str(kernel.value) == "flash_" + str(ours.value)
