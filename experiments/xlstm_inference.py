@@ -146,7 +146,7 @@ def _decode(cfg: Config) -> dict:
         holders, fns = {}, {}
         for name, model in models.items():
             cache = model.init_cache(1, ctx + cfg.repeats * cfg.decode_calls + 2)
-            cache = {**cache, "pos": jnp.asarray(ctx, jnp.int32)}  # as if ctx tokens were cached
+            cache = cache._replace(pos=jnp.asarray(ctx, jnp.int32))  # as if ctx tokens were cached
             compiled = decode_step.lower(model, token, cache).compile()
             mem = compiled.memory_analysis()
             result[name]["memory_bytes"][ctx] = mem.argument_size_in_bytes + mem.temp_size_in_bytes
@@ -154,7 +154,7 @@ def _decode(cfg: Config) -> dict:
 
             def step(name=name, model=model, holders=holders):
                 _, holders[name][0] = decode_step(model, token, holders[name][0])
-                return holders[name][0]["pos"]
+                return holders[name][0].pos
 
             fns[name] = step
         timed = time_interleaved(fns, repeats=cfg.repeats, calls=cfg.decode_calls)

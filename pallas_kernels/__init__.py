@@ -6,11 +6,12 @@ plain-jnp ``*_reference`` beside the kernel. Kernels lower natively to GPUs (Tri
 (Mosaic) and run in the Pallas interpreter on CPU (``interpret=None`` picks that by itself);
 ``python -m pallas_kernels.lower`` lowers them all for GPU and TPU from any machine. This
 package imports nothing from ``jaxlab``; user errors raise :class:`KernelConfigError` (a
-``ValueError``), which ``jaxlab.nn.attention`` re-raises as ``ConfigError``. See ``README.md`` here
+``ValueError``), which ``jaxlab.nn.attention`` re-raises as ``ConfigError``; :func:`check_qkv` is
+the q/k/v check of every attention entry point, here and in ``jaxlab.nn``. See ``README.md`` here
 for backends, tolerances and measured numbers.
 """
 
-from pallas_kernels._common import KernelConfigError
+from pallas_kernels._common import KernelConfigError, check_qkv
 from pallas_kernels.flash_attention import BlockSizes as FlashAttentionBlockSizes
 from pallas_kernels.flash_attention import flash_attention, flash_attention_reference
 from pallas_kernels.matmul import ACTIVATIONS, matmul, matmul_reference
@@ -27,6 +28,7 @@ __all__ = [
     "MLRAttentionBlockSizes",
     "MLSTMBlockSizes",
     "MatmulBlockSizes",
+    "check_qkv",
     "flash_attention",
     "flash_attention_reference",
     "matmul",

@@ -12,10 +12,16 @@ a program runs on is only known when it is lowered: ``jax.export`` lowers for a 
 present. :func:`native_call` therefore stages the kernel behind ``lax.platform_dependent``: lowering
 for the kernel's platform keeps the kernel, lowering for any other one (or running it eagerly there)
 raises :class:`KernelConfigError` — a check at lowering time, not at trace time.
+
+The two attention kernels (flash and MLR) share more: the q/k/v check (:func:`check_qkv`, which
+``jaxlab.nn``'s attention entry points use too), the f32 tile product (:func:`dot`), the
+``pallas_call`` launcher that builds their BlockSpecs from array roles (:func:`attention_call`)
+and the ``custom_vjp`` that ties a forward launcher to a backward one (:func:`attention_vjp`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -23,21 +29,35 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plgpu
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
 __all__ = [
+    "F32",
+    "MASK_VALUE",
     "KernelConfigError",
     "Style",
+    "attention_call",
+    "attention_vjp",
     "check_power_of_two",
+    "check_qkv",
+    "div",
+    "dot",
+    "extra_inputs",
     "load_tile",
     "native_call",
     "reduce_blocks",
     "resolve_backend",
     "round_up",
+    "split_refs",
 ]
 
 Style = Literal["gpu", "tpu"]
+F32 = jnp.float32
+# Finite, so a masked logit minus a running max never produces inf - inf = NaN.
+MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
 class KernelConfigError(ValueError):
@@ -206,3 +226,228 @@ def reduce_blocks(
     @pl.when(j == pl.num_programs(axis) - 1)
     def _finalize():
         finalize(tuple(ref[...] for ref in scratch))
+
+
+# ---------------------------------------------------------------------- attention: input check
+
+
+def check_qkv(
+    owner: str,
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    segment_ids=None,
+    alibi_slopes=None,
+    grouped: bool = True,
+) -> None:
+    """Raises a one-line :class:`KernelConfigError`, prefixed ``owner``, unless q, k, v fit.
+
+    The one check of every attention entry point (the two kernels here and ``jaxlab.nn``'s
+    ``dot_product_attention`` and ``mlr_attention``, which re-raise it as ``ConfigError``).
+    ``grouped``: ``(B, T, H, D)`` queries against ``(B, S, K, D)`` keys and values with ``K``
+    dividing ``H`` (grouped-query attention); queries sit at the end of the keys, so ``causal``
+    needs ``T <= S`` (with more queries than keys the first ``T - S`` would see no key). Not
+    ``grouped`` (MLR): ``k`` shaped like ``q`` and ``v`` of any head width. ``segment_ids`` must
+    be ``(B, T)`` with as many keys as queries, ``alibi_slopes`` ``(H,)``.
+    """
+    if grouped:
+        if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+            raise KernelConfigError(
+                f"{owner} expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
+            )
+        if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+            raise KernelConfigError(
+                f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} do not fit together"
+            )
+        if k.shape[2] == 0:
+            raise KernelConfigError(f"{owner}: k and v need at least one head, got k{k.shape}")
+        if q.shape[2] % k.shape[2]:
+            raise KernelConfigError(
+                f"{owner}: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
+            )
+    elif q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
+        raise KernelConfigError(
+            f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} must be (B, T, H, D) alike"
+        )
+    T, S = q.shape[1], k.shape[1]
+    if causal and T > S:
+        raise KernelConfigError(
+            f"{owner}: causal attention needs at least as many keys as queries; got T={T} "
+            f"queries and S={S} keys"
+        )
+    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
+        raise KernelConfigError(
+            f"{owner}: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]}"
+        )
+    if segment_ids is not None and T != S:
+        raise KernelConfigError(
+            f"{owner}: segment_ids need as many keys as queries; got T={T} queries and S={S} keys"
+        )
+    if alibi_slopes is not None and alibi_slopes.shape != (q.shape[2],):
+        raise KernelConfigError(
+            f"{owner}: alibi_slopes{alibi_slopes.shape} must be (H,)=({q.shape[2]},)"
+        )
+
+
+# --------------------------------------------------------------------- attention: tile maths
+
+
+def dot(a, b, contract: tuple[int, int]):
+    """``a · b`` contracting dim ``contract[0]`` of ``a`` with ``contract[1]`` of ``b``, in f32.
+
+    float32 inputs ask for full precision, so GPUs do not silently drop to TF32 (10-bit mantissa).
+    """
+    dims = (((contract[0],), (contract[1],)), ((), ()))
+    precision = lax.Precision.HIGHEST if a.dtype == F32 and b.dtype == F32 else None
+    return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=F32)
+
+
+def div(a, b: int):
+    """``a // b`` for a traced ``a >= 0``. ``jnp.floor_divide`` corrects negative quotients with
+    ``sign``, whose Mosaic lowering asks the TPU for its chip version (so lowering fails without
+    one); truncating ``lax.div`` is the same on non-negative values. ``b`` takes ``a``'s dtype,
+    so the index maths stays int32 under x64."""
+    return lax.div(a, jnp.asarray(b, a.dtype))
+
+
+# ------------------------------------------------------------------ attention: pallas_call plumbing
+
+
+def split_refs(refs, n_main: int, cfg):
+    """A kernel's refs as ``(main, seg_q, seg_k, slopes, rest)``: the first ``n_main`` inputs,
+    the optional segment ids and ALiBi slopes (present as ``cfg.has_seg``, ``cfg.has_alibi``
+    say, else None) that :func:`extra_inputs` appended, and the outputs and scratch refs."""
+    main, rest = refs[:n_main], list(refs[n_main:])
+    seg_q = seg_k = slopes = None
+    if cfg.has_seg:
+        seg_q, seg_k, *rest = rest
+    if cfg.has_alibi:
+        slopes, *rest = rest
+    return main, seg_q, seg_k, slopes, rest
+
+
+def extra_inputs(seg_q, seg_k, slopes, row_is_q: bool):
+    """The optional inputs (segment ids, ALiBi slopes) and their :func:`attention_call` roles;
+    ``row_is_q`` says whether the program's own block is a query block."""
+    arrays, roles = [], []
+    if seg_q is not None:
+        arrays += [seg_q, seg_k]
+        roles += ["seg_row", "seg_stream"] if row_is_q else ["seg_stream", "seg_row"]
+    if slopes is not None:
+        arrays.append(slopes)
+        roles.append("slopes")
+    return arrays, roles
+
+
+def attention_call(
+    kernel,
+    cfg,
+    *,
+    rows: tuple[int, int],
+    stream: tuple[int, int],
+    arrays,
+    roles,
+    out_shape,
+    out_roles,
+    scratch,
+    name,
+    clamp: Callable,
+    groups: int = 1,
+    width=None,
+):
+    """Builds the BlockSpecs of one attention kernel and calls it (flash and MLR attention).
+
+    Every array is ``(B, heads, L, width)`` or a segment array; ``roles[n]`` says whether array
+    ``n`` is tiled like the program's own block (``"row"``), streamed (``"stream"``), indexed by
+    kv head (suffix ``"_kv"``, head ``h // groups``), a segment array (``"seg_row"`` /
+    ``"seg_stream"`` with the length on axis 1 or 2) or the ALiBi slopes. ``rows = (block,
+    count)`` and ``stream = (block, count)`` tile the program's own and the streamed axis;
+    ``clamp(r, s)`` is the streamed block index fetched on TPU at step ``s`` of row block ``r``
+    (a kernel clamps it to the blocks it visits, so skipped ones are not fetched). ``width`` is
+    the head width that sets the GPU warps (default: the first array's). ``cfg`` is the kernel's
+    static config (``style``, ``interpret``), passed to ``kernel`` as ``cfg=``.
+    """
+    B, H = arrays[0].shape[:2]
+    row_block, n_rows = rows
+    stream_block, n_stream = stream
+    kv_head = lambda h: div(h, groups)  # noqa: E731  (h >= 0; no floor_divide, see div)
+
+    def spec(role, array):
+        tpu = cfg.style == "tpu"
+        if role == "slopes":  # (H,): a scalar per program, in SMEM on TPU
+            return pl.BlockSpec(memory_space=pltpu.SMEM) if tpu else pl.BlockSpec(array.shape)
+        head = kv_head if role.endswith("_kv") else (lambda h: h)
+        role = role.removesuffix("_kv")
+        seg = role.startswith("seg_")  # (B, L, 1) query-side ids or (B, 1, L) key-side ids
+        axis = (1 if array.shape[-1] == 1 else 2) if seg else 2  # the length axis
+        streamed = role.endswith("stream")
+        block = [None, *array.shape[1:]] if seg else [None, None, *array.shape[2:]]
+        if not streamed:
+            block[axis] = row_block
+        elif tpu:
+            block[axis] = stream_block  # GPU: the whole length, sliced inside the kernel
+
+        def index_map(b, h, r, *s):
+            index = [b, 0, 0] if seg else [b, head(h), 0, 0]
+            if not streamed:
+                index[axis] = r
+            elif tpu:
+                index[axis] = clamp(r, s[0])
+            return tuple(index)
+
+        return pl.BlockSpec(tuple(block), index_map)
+
+    in_specs = [spec(role, a) for role, a in zip(roles, arrays, strict=True)]
+    out_specs = [spec(role, o) for role, o in zip(out_roles, out_shape, strict=True)]
+    if cfg.style == "tpu":
+        grid = (B, H, n_rows, n_stream)
+        params = pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
+        scratch_shapes = [pltpu.VMEM(shape, F32) for shape in scratch]
+    else:
+        grid = (B, H, n_rows)
+        width = width or arrays[0].shape[-1]
+        params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
+        scratch_shapes = []
+    call = pl.pallas_call(
+        functools.partial(kernel, cfg=cfg),
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        out_shape=out_shape,
+        scratch_shapes=scratch_shapes,
+        compiler_params=params,
+        interpret=cfg.interpret,
+        name=name,
+    )
+    return native_call(call, out_shape, cfg.style, cfg.interpret)(*arrays)
+
+
+def attention_vjp(forward: Callable, backward: Callable) -> Callable:
+    """``attend(q, k, v, seg_q, seg_k, slopes, cfg) -> o``, differentiable in q, k, v.
+
+    The FlashAttention-2 split (Dao 2023): ``forward(q, k, v, seg_q, seg_k, slopes, cfg)`` returns
+    the output and the log-sum-exp ``L`` of each query row (Alg. 1); the backward pass computes
+    ``delta = rowsum(dO ∘ O)`` (Alg. 2 line 4, an elementwise pass XLA fuses on its own) and hands
+    ``backward(cfg, [q, k, v, dO, L, delta], seg_q, seg_k, slopes)`` the kernels' inputs, which
+    returns ``(dq, dk, dv)``. Segment ids and slopes are constants (no gradient); ``cfg`` is
+    static (hashable).
+    """
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+    def attend(q, k, v, seg_q, seg_k, slopes, cfg):
+        return forward(q, k, v, seg_q, seg_k, slopes, cfg)[0]
+
+    def attend_fwd(q, k, v, seg_q, seg_k, slopes, cfg):
+        o, lse = forward(q, k, v, seg_q, seg_k, slopes, cfg)
+        return o, (q, k, v, seg_q, seg_k, slopes, o, lse)
+
+    def attend_bwd(cfg, residuals, do):
+        q, k, v, seg_q, seg_k, slopes, o, lse = residuals
+        delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
+        dq, dk, dv = backward(cfg, [q, k, v, do, lse, delta], seg_q, seg_k, slopes)
+        return dq, dk, dv, None, None, None
+
+    attend.defvjp(attend_fwd, attend_bwd)
+    return attend

@@ -16,33 +16,34 @@ the end of the keys (query ``i`` sits at position ``i + S - T``), like ``jaxlab.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-from jax.experimental.pallas import triton as plgpu
 from jaxtyping import Array, Float, Int
 
 from pallas_kernels._common import (
+    F32,
+    MASK_VALUE,
     KernelConfigError,
     Style,
+    attention_call,
+    attention_vjp,
     check_power_of_two,
+    check_qkv,
+    div,
+    dot,
+    extra_inputs,
     load_tile,
-    native_call,
     pow2_at_least,
     reduce_blocks,
     resolve_backend,
     round_up,
+    split_refs,
 )
 
 __all__ = ["BlockSizes", "flash_attention", "flash_attention_reference"]
-
-# Finite, so a masked logit minus a running max never produces inf - inf = NaN.
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-F32 = jnp.float32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,20 +96,10 @@ class _Static:
 # ------------------------------------------------------------------------------------ tile maths
 
 
-def _dot(a, b, contract: tuple[int, int]):
-    """``a · b`` contracting dim ``contract[0]`` of ``a`` with ``contract[1]`` of ``b``, in f32.
-
-    float32 inputs ask for full precision, so GPUs do not silently drop to TF32 (10-bit mantissa).
-    """
-    dims = (((contract[0],), (contract[1],)), ((), ()))
-    precision = lax.Precision.HIGHEST if a.dtype == F32 and b.dtype == F32 else None
-    return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=F32)
-
-
 def _scores(q, k, q_start, k_start, seg_q, seg_k, slope, cfg: _Static):
     """Masked logits ``scale · q kᵀ (+ ALiBi)`` of one (query block, key block) tile, and the
     mask of real (non-padding) keys, or None when nothing is padded."""
-    s = _dot(q, k, (1, 1)) * cfg.scale
+    s = dot(q, k, (1, 1)) * cfg.scale
     q_pos = q_start + cfg.offset + lax.broadcasted_iota(jnp.int32, s.shape, 0)
     k_pos = k_start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
     if slope is not None:
@@ -131,37 +122,19 @@ def _probs(s_minus_max, key_valid):
     return p if key_valid is None else jnp.where(key_valid, p, 0.0)
 
 
-def _div(a, b: int):
-    """``a // b`` for a traced ``a >= 0``. ``jnp.floor_divide`` corrects negative quotients with
-    ``sign``, whose Mosaic lowering asks the TPU for its chip version (so lowering fails without
-    one); truncating ``lax.div`` is the same on non-negative values. ``b`` takes ``a``'s dtype,
-    so the index maths stays int32 under x64."""
-    return lax.div(a, jnp.asarray(b, a.dtype))
-
-
 def _kv_hi(cfg: _Static, i, bq: int, bk: int, nk: int):
     """Number of key blocks query block ``i`` needs (causal: up to its last query's position)."""
     if not cfg.causal:
         return nk
     # offset = S - T >= 0 (causal needs T <= S), so the dividend is non-negative.
-    return jnp.minimum(_div((i + 1) * bq - 1 + cfg.offset, bk) + 1, nk)
+    return jnp.minimum(div((i + 1) * bq - 1 + cfg.offset, bk) + 1, nk)
 
 
 def _q_lo(cfg: _Static, j, bq: int, bk: int):
     """First query block that sees key block ``j`` (causal), else 0."""
     if not cfg.causal:
         return 0
-    return _div(jnp.maximum(j * bk - cfg.offset, 0), bq)
-
-
-def _split(refs, n_main: int, cfg: _Static):
-    main, rest = refs[:n_main], list(refs[n_main:])
-    seg_q = seg_k = slopes = None
-    if cfg.has_seg:
-        seg_q, seg_k, *rest = rest
-    if cfg.has_alibi:
-        slopes, *rest = rest
-    return main, seg_q, seg_k, slopes, rest
+    return div(jnp.maximum(j * bk - cfg.offset, 0), bq)
 
 
 # --------------------------------------------------------------------------------------- kernels
@@ -169,7 +142,7 @@ def _split(refs, n_main: int, cfg: _Static):
 
 def _fwd_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 1 for one (batch, head, query block)."""
-    (q_ref, k_ref, v_ref), seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 3, cfg)
+    (q_ref, k_ref, v_ref), seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 3, cfg)
     o_ref, lse_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q, cfg.block_k
@@ -187,7 +160,7 @@ def _fwd_kernel(*refs, cfg: _Static):
         p_QK = _probs(s_QK - m_new, key_valid)
         correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
         l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + _dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
+        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
         return m_new, l_new, acc_new
 
     def init():
@@ -209,7 +182,7 @@ def _fwd_kernel(*refs, cfg: _Static):
 
 def _dkv_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 2, loop over query blocks: dK, dV of one (batch, q head, key block)."""
-    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 6, cfg)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
     dk_ref, dv_ref, *scratch = rest
     h, j = pl.program_id(1), pl.program_id(2)
@@ -227,12 +200,12 @@ def _dkv_kernel(*refs, cfg: _Static):
         seg_q = None if seg_q_ref is None else load_tile(seg_q_ref, i, bq, cfg.style)
         s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
         p_QK = _probs(s_QK - lse_Q1, key_valid)  # the forward's probabilities, recomputed
-        dv_KD = dv_KD + _dot(
+        dv_KD = dv_KD + dot(
             p_QK.T.astype(do_QD.dtype), do_QD, (1, 0)
         )  # Pᵀ dO (explicit .T: Mosaic)
-        dp_QK = _dot(do_QD, v_KD, (1, 1))
+        dp_QK = dot(do_QD, v_KD, (1, 1))
         ds_QK = p_QK * (dp_QK - delta_Q1)  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
-        dk_KD = dk_KD + _dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0))
+        dk_KD = dk_KD + dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0))
         return dk_KD, dv_KD
 
     def init():
@@ -249,7 +222,7 @@ def _dkv_kernel(*refs, cfg: _Static):
 
 def _dq_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 2, dQ part, owned by one (batch, head, query block): no atomics."""
-    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 6, cfg)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
     dq_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
@@ -265,8 +238,8 @@ def _dq_kernel(*refs, cfg: _Static):
         seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
         s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
         p_QK = _probs(s_QK - lse_Q1, key_valid)
-        ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)
-        return (dq_QD + _dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0)),)
+        ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1)) - delta_Q1)
+        return (dq_QD + dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0)),)
 
     def finalize(carry):
         dq_ref[...] = (carry[0] * cfg.scale).astype(dq_ref.dtype)
@@ -280,153 +253,59 @@ def _dq_kernel(*refs, cfg: _Static):
 # ------------------------------------------------------------------------------- pallas_calls
 
 
-def _call(
-    kernel,
-    cfg: _Static,
-    *,
-    rows: tuple[int, int],
-    stream: tuple[int, int, bool],
-    arrays,
-    roles,
-    out_shape,
-    out_roles,
-    scratch,
-    name,
-    clamp=None,
-    width=None,
-):
-    """Builds the BlockSpecs of one kernel and calls it (also the MLR kernel's launcher).
+def _call(kernel, cfg: _Static, *, rows, stream, q_side: bool, **kwargs):
+    """One kernel through :func:`~pallas_kernels._common.attention_call`, kv heads grouped
+    (GQA). ``q_side`` says whether the streamed blocks are query blocks; on TPU a causal mask's
+    skipped blocks are not fetched (the streamed index is clamped, so the last one repeats)."""
+    row_block, (stream_block, n_stream) = rows[0], stream
 
-    Every array is ``(B, heads, L, width)`` or a segment array; ``roles[n]`` says whether array
-    ``n`` is tiled like the program's own block (``"row"``), streamed (``"stream"``), indexed by
-    kv head (suffix ``"_kv"``), a segment array (``"seg_row"``/``"seg_stream"`` with the length on
-    axis 1 or 2) or the ALiBi slopes. ``rows = (block, count)``; ``stream = (block, count, q_side)``
-    where ``q_side`` tells the clamp rule for causal skipping. ``clamp(r, s)`` replaces that rule
-    (the streamed block index fetched on TPU), ``width`` the head width that sets the GPU warps
-    (default: the first array's).
-    """
-    B, H = arrays[0].shape[:2]
-    row_block, n_rows = rows
-    stream_block, n_stream, stream_is_q = stream
-    kv_head = lambda h: _div(h, cfg.groups)  # h >= 0; no floor_divide (see _div)
-
-    def causal_clamp(r, s):  # TPU: do not fetch blocks a causal mask skips (repeat the last one)
+    def clamp(r, s):
         if not cfg.causal:
             return s
-        if stream_is_q:
+        if q_side:
             return jnp.maximum(s, _q_lo(cfg, r, stream_block, row_block))
         return jnp.minimum(s, _kv_hi(cfg, r, row_block, stream_block, n_stream) - 1)
 
-    clamp = clamp or causal_clamp
-
-    def spec(role, array):
-        tpu = cfg.style == "tpu"
-        if role == "slopes":  # (H,): a scalar per program, in SMEM on TPU
-            return pl.BlockSpec(memory_space=pltpu.SMEM) if tpu else pl.BlockSpec(array.shape)
-        head = kv_head if role.endswith("_kv") else (lambda h: h)
-        role = role.removesuffix("_kv")
-        seg = role.startswith("seg_")  # (B, L, 1) query-side ids or (B, 1, L) key-side ids
-        axis = (1 if array.shape[-1] == 1 else 2) if seg else 2  # the length axis
-        streamed = role.endswith("stream")
-        block = [None, *array.shape[1:]] if seg else [None, None, *array.shape[2:]]
-        if not streamed:
-            block[axis] = row_block
-        elif tpu:
-            block[axis] = stream_block  # GPU: the whole length, sliced inside the kernel
-
-        def index_map(b, h, r, *s):
-            index = [b, 0, 0] if seg else [b, head(h), 0, 0]
-            if not streamed:
-                index[axis] = r
-            elif tpu:
-                index[axis] = clamp(r, s[0])
-            return tuple(index)
-
-        return pl.BlockSpec(tuple(block), index_map)
-
-    in_specs = [spec(role, a) for role, a in zip(roles, arrays, strict=True)]
-    out_specs = [spec(role, o) for role, o in zip(out_roles, out_shape, strict=True)]
-    if cfg.style == "tpu":
-        grid = (B, H, n_rows, n_stream)
-        params = pltpu.CompilerParams(dimension_semantics=("parallel",) * 3 + ("arbitrary",))
-        scratch_shapes = [pltpu.VMEM(shape, F32) for shape in scratch]
-    else:
-        grid = (B, H, n_rows)
-        width = width or arrays[0].shape[-1]
-        params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
-        scratch_shapes = []
-    call = pl.pallas_call(
-        functools.partial(kernel, cfg=cfg),
-        grid=grid,
-        in_specs=in_specs,
-        out_specs=out_specs,
-        out_shape=out_shape,
-        scratch_shapes=scratch_shapes,
-        compiler_params=params,
-        interpret=cfg.interpret,
-        name=name,
+    return attention_call(
+        kernel, cfg, rows=rows, stream=stream, clamp=clamp, groups=cfg.groups, **kwargs
     )
-    return native_call(call, out_shape, cfg.style, cfg.interpret)(*arrays)
-
-
-def _extras(seg_q, seg_k, slopes, row_is_q: bool):
-    arrays, roles = [], []
-    if seg_q is not None:
-        arrays += [seg_q, seg_k]
-        roles += ["seg_row", "seg_stream"] if row_is_q else ["seg_stream", "seg_row"]
-    if slopes is not None:
-        arrays.append(slopes)
-        roles.append("slopes")
-    return arrays, roles
 
 
 def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
     B, H, Tp, D = q.shape
     bq, bk = cfg.block_q, cfg.block_k
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     out_shape = [
         jax.ShapeDtypeStruct(q.shape, q.dtype),
         jax.ShapeDtypeStruct((B, H, Tp, 1), F32),
     ]
     return _call(
-        _fwd_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, k.shape[2] // bk, False),
+        _fwd_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, k.shape[2] // bk), q_side=False,
         arrays=[q, k, v, *extra], roles=["row", "stream_kv", "stream_kv", *extra_roles],
         out_shape=out_shape, out_roles=["row", "row"],
         scratch=[(bq, 1), (bq, 1), (bq, D)], name="flash_attention_fwd",
     )  # fmt: skip
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def _flash(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
-    return _forward(q, k, v, seg_q, seg_k, slopes, cfg)[0]
-
-
-def _flash_fwd(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
-    o, lse = _forward(q, k, v, seg_q, seg_k, slopes, cfg)
-    return o, (q, k, v, seg_q, seg_k, slopes, o, lse)
-
-
-def _flash_bwd(cfg: _Static, residuals, do):
-    q, k, v, seg_q, seg_k, slopes, o, lse = residuals
+def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
+    """dQ, dK, dV from the kernels' inputs ``[q, k, v, dO, L, delta]`` (FA-2 Alg. 2)."""
+    q, k, v = arrays[:3]
     B, H, Tp, D = q.shape
     K, Sp = k.shape[1], k.shape[2]
-    # FA-2 Alg. 2 line 4: D_i = rowsum(dO_i ∘ O_i), an elementwise pass XLA fuses on its own.
-    delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
-    arrays = [q, k, v, do, lse, delta]
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=False)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=False)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
     # dK, dV per *query* head (f32), summed over each kv head's group below (GQA).
     dk, dv = _call(
-        _dkv_kernel, cfg, rows=(bk, Sp // bk), stream=(bq, Tp // bq, True),
+        _dkv_kernel, cfg, rows=(bk, Sp // bk), stream=(bq, Tp // bq), q_side=True,
         arrays=arrays + extra,
         roles=["stream", "row_kv", "row_kv", "stream", "stream", "stream", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct((B, H, Sp, D), F32)] * 2, out_roles=["row", "row"],
         scratch=[(bk, D), (bk, D)], name="flash_attention_dkv",
     )  # fmt: skip
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
     (dq,) = _call(
-        _dq_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, Sp // bk, False),
+        _dq_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, Sp // bk), q_side=False,
         arrays=arrays + extra,
         roles=["row", "stream_kv", "stream_kv", "row", "row", "row", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)], out_roles=["row"],
@@ -434,40 +313,13 @@ def _flash_bwd(cfg: _Static, residuals, do):
     )  # fmt: skip
     dk = dk.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(k.dtype)
     dv = dv.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(v.dtype)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv
 
 
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = attention_vjp(_forward, _backward)
 
 
 # ------------------------------------------------------------------------------ public wrapper
-
-
-def _check_inputs(q, k, v, segment_ids, alibi_slopes, causal: bool) -> None:
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise KernelConfigError(
-            f"flash_attention expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
-        )
-    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise KernelConfigError(f"flash_attention: q{q.shape}, k{k.shape}, v{v.shape} do not fit")
-    if k.shape[2] == 0:
-        raise KernelConfigError(f"flash_attention: k and v need at least one head, got k{k.shape}")
-    if q.shape[2] % k.shape[2]:
-        raise KernelConfigError(
-            f"flash_attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
-        )
-    T, S = q.shape[1], k.shape[1]
-    if causal and T > S:
-        raise KernelConfigError(f"flash_attention: causal needs T <= S; got T={T}, S={S}")
-    if segment_ids is not None and (segment_ids.shape != q.shape[:2] or T != S):
-        raise KernelConfigError(
-            f"flash_attention: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]} "
-            "with as many keys as queries"
-        )
-    if alibi_slopes is not None and alibi_slopes.shape != (q.shape[2],):
-        raise KernelConfigError(
-            f"flash_attention: alibi_slopes{alibi_slopes.shape} must be (H,)=({q.shape[2]},)"
-        )
 
 
 def flash_attention(
@@ -503,7 +355,10 @@ def flash_attention(
       KernelConfigError: for shapes that do not fit, bad block sizes, or a native kernel asked for
         on another platform.
     """
-    _check_inputs(q, k, v, segment_ids, alibi_slopes, causal)
+    check_qkv(
+        "flash_attention", q, k, v, causal=causal, segment_ids=segment_ids,
+        alibi_slopes=alibi_slopes,
+    )  # fmt: skip
     style, interpret = resolve_backend(backend, interpret)
     if block_sizes is None:
         block_sizes = BlockSizes.for_backend(style)

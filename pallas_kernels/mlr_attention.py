@@ -39,21 +39,26 @@ from jax.experimental import pallas as pl
 from jaxtyping import Array, Float, Int
 
 from pallas_kernels._common import (
+    F32,
+    MASK_VALUE,
     KernelConfigError,
     Style,
+    attention_call,
+    attention_vjp,
     check_power_of_two,
+    check_qkv,
+    div,
+    dot,
+    extra_inputs,
     load_tile,
     pow2_at_least,
     reduce_blocks,
     resolve_backend,
     round_up,
+    split_refs,
 )
-from pallas_kernels.flash_attention import MASK_VALUE, _div, _dot, _extras, _split
-from pallas_kernels.flash_attention import _call as flash_call
 
 __all__ = ["BlockSizes", "mlr_attention", "mlr_attention_reference"]
-
-F32 = jnp.float32
 NORMALIZE = (None, "levels", "block_levels")
 _TILES = ("block_q", "block_k", "block_q_dkv", "block_k_dkv", "block_q_dq", "block_k_dq")
 
@@ -123,7 +128,7 @@ def _finest_level(cfg: _Static, q_start, k_start):
     c = jnp.int32(0)
     for level in range(1, cfg.levels):
         size = cfg.block_len >> level
-        c = c + (_div(q_start, size) == _div(k_start, size)).astype(jnp.int32)
+        c = c + (div(q_start, size) == div(k_start, size)).astype(jnp.int32)
     return c
 
 
@@ -131,12 +136,12 @@ def _bounds(cfg: _Static, r, row_block: int, stream_block: int, row_is_q: bool):
     """Stream blocks ``[lo, hi)`` that row block ``r`` meets: those of its level-0 block, and under
     a causal mask only up to (queries) or from (keys) the diagonal. All indices are >= 0."""
     per_block = cfg.block_len // stream_block
-    lo = _div(r * row_block, cfg.block_len) * per_block
+    lo = div(r * row_block, cfg.block_len) * per_block
     hi = lo + per_block
     if cfg.causal and row_is_q:
-        hi = jnp.minimum(hi, _div((r + 1) * row_block - 1, stream_block) + 1)
+        hi = jnp.minimum(hi, div((r + 1) * row_block - 1, stream_block) + 1)
     elif cfg.causal:
-        lo = jnp.maximum(lo, _div(r * row_block, stream_block))
+        lo = jnp.maximum(lo, div(r * row_block, stream_block))
     return lo, hi
 
 
@@ -163,9 +168,9 @@ def _prefix(chunks, c: int, cfg: _Static):
 def _logits(q_chunks, k_chunks, c: int, q_start, k_start, seg_q, seg_k, slope, cfg: _Static):
     """Masked logits of one tile pair of finest level ``c``: ``f_c · q̃ kᵀ`` over the prefix chunks
     (``q̃`` pre-scaled by ``1/r_l``), then ALiBi, the causal and the document masks."""
-    s = _dot(q_chunks[0], k_chunks[0], (1, 1))
+    s = dot(q_chunks[0], k_chunks[0], (1, 1))
     for a, b in zip(q_chunks[1:], k_chunks[1:], strict=True):
-        s = s + _dot(a, b, (1, 1))
+        s = s + dot(a, b, (1, 1))
     if cfg.factors[c] != 1.0:
         s = s * cfg.factors[c]
     q_pos = q_start + lax.broadcasted_iota(jnp.int32, s.shape, 0)
@@ -191,7 +196,7 @@ def _by_level(cfg: _Static, q_start, k_start, tile, j, carry):
 
 def _fwd_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 1 for one (batch, head, query block), per-tile contraction width."""
-    (q_ref, k_ref, v_ref), seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 3, cfg)
+    (q_ref, k_ref, v_ref), seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 3, cfg)
     o_ref, lse_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q, cfg.block_k
@@ -210,7 +215,7 @@ def _fwd_kernel(*refs, cfg: _Static):
         p_QK = jnp.exp(s_QK - m_new)
         correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
         l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + _dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
+        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
         return m_new, l_new, acc_new
 
     def init():
@@ -260,7 +265,7 @@ def _bwd_tile(cfg: _Static, c: int, queries, keys, q_start, k_start, slope, stre
         k_c = _prefix(k_c, c, cfg)
     s_QK = _logits(q_c, k_c, c, q_start, k_start, seg_q, seg_k, slope, cfg)
     p_QK = jnp.exp(s_QK - lse_Q1)  # the forward's probabilities, recomputed
-    ds_QK = p_QK * (_dot(do_QD, v_KD, (1, 1)) - delta_Q1)  # dS = P ∘ (dP - rowsum(dO ∘ O))
+    ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1)) - delta_Q1)  # dS = P ∘ (dP - rowsum(dO ∘ O))
     if cfg.factors[c] != 1.0:
         ds_QK = ds_QK * cfg.factors[c]
     return q_c, k_c, p_QK, ds_QK
@@ -268,7 +273,7 @@ def _bwd_tile(cfg: _Static, c: int, queries, keys, q_start, k_start, slope, stre
 
 def _dkv_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 2, loop over query blocks: dK (by chunks) and dV of one key block."""
-    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 6, cfg)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
     dk_ref, dv_ref, *scratch = rest
     h, j = pl.program_id(1), pl.program_id(2)
@@ -283,9 +288,9 @@ def _dkv_kernel(*refs, cfg: _Static):
         queries = _side(q_refs, i, bq, cfg.n_chunks(c), cfg, seg_axis=0)
         q_c, _, p_QK, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, True)
         do_QD, n = queries[1], len(q_c)
-        dv_KD = dv_KD + _dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0))  # Pᵀ dO
+        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0))  # Pᵀ dO
         ds_KQ = ds_QK.T.astype(q_c[0].dtype)  # explicit .T: Mosaic
-        dk = [acc + _dot(ds_KQ, q_m, (1, 0)) for acc, q_m in zip(dk[:n], q_c, strict=True)] + dk[n:]
+        dk = [acc + dot(ds_KQ, q_m, (1, 0)) for acc, q_m in zip(dk[:n], q_c, strict=True)] + dk[n:]
         return (*dk, dv_KD)
 
     def init():
@@ -304,7 +309,7 @@ def _dkv_kernel(*refs, cfg: _Static):
 
 def _dq_kernel(*refs, cfg: _Static):
     """FlashAttention-2 Alg. 2, dQ part (by chunks), owned by one query block: no atomics."""
-    main, seg_q_ref, seg_k_ref, slopes_ref, rest = _split(refs, 6, cfg)
+    main, seg_q_ref, seg_k_ref, slopes_ref, rest = split_refs(refs, 6, cfg)
     q_ref, k_ref, v_ref, do_ref, lse_ref, delta_ref = main
     dq_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
@@ -318,7 +323,7 @@ def _dq_kernel(*refs, cfg: _Static):
         keys = _side((k_ref, v_ref, seg_k_ref), j, bk, cfg.n_chunks(c), cfg, seg_axis=1)
         _, k_c, _, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, False)
         ds_QK, n = ds_QK.astype(k_c[0].dtype), len(k_c)
-        dq = [acc + _dot(ds_QK, k_m, (1, 0)) for acc, k_m in zip(carry[:n], k_c, strict=True)]
+        dq = [acc + dot(ds_QK, k_m, (1, 0)) for acc, k_m in zip(carry[:n], k_c, strict=True)]
         return (*dq, *carry[n:])
 
     def finalize(carry):
@@ -334,76 +339,64 @@ def _dq_kernel(*refs, cfg: _Static):
 # ------------------------------------------------------------------------------- pallas_calls
 
 
-def _call(kernel, cfg: _Static, *, rows, stream, arrays, roles, out_shape, scratch, name):
-    """One kernel through ``flash_attention._call`` (no GQA; outputs are ``"row"``): ``stream =
-    (block, count, row_is_q)``, and on TPU the streamed index is clamped to the row's ``[lo, hi)``
+def _call(kernel, cfg: _Static, *, rows, stream, row_is_q: bool, arrays, out_shape, **kwargs):
+    """One kernel through :func:`~pallas_kernels._common.attention_call` (no GQA; outputs are
+    ``"row"``): on TPU the streamed index is clamped to the row's ``[lo, hi)`` (:func:`_bounds`)
     so skipped blocks are not fetched (the last useful one repeats)."""
-    row_block, stream_block, row_is_q = rows[0], stream[0], stream[2]
+    row_block, stream_block = rows[0], stream[0]
 
     def clamp(r, s):
         lo, hi = _bounds(cfg, r, row_block, stream_block, row_is_q)
         return jnp.minimum(jnp.maximum(s, lo), hi - 1)
 
-    return flash_call(
-        kernel, cfg, rows=rows, stream=stream, arrays=arrays, roles=roles, out_shape=out_shape,
-        out_roles=["row"] * len(out_shape), scratch=scratch, name=name, clamp=clamp,
-        width=max(arrays[0].shape[-1], arrays[2].shape[-1]),
+    return attention_call(
+        kernel, cfg, rows=rows, stream=stream, arrays=arrays, out_shape=out_shape,
+        out_roles=["row"] * len(out_shape), clamp=clamp,
+        width=max(arrays[0].shape[-1], arrays[2].shape[-1]), **kwargs,
     )  # fmt: skip
 
 
 def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
     B, H, T, _ = q.shape
     bq, bk = cfg.block_q, cfg.block_k
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     out_shape = [jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((B, H, T, 1), F32)]
     return _call(
-        _fwd_kernel, cfg, rows=(bq, T // bq), stream=(bk, T // bk, True),
+        _fwd_kernel, cfg, rows=(bq, T // bq), stream=(bk, T // bk), row_is_q=True,
         arrays=[q, k, v, *extra], roles=["row", "stream", "stream", *extra_roles],
         out_shape=out_shape, scratch=[(bq, 1), (bq, 1), (bq, v.shape[-1])],
         name="mlr_attention_fwd",
     )  # fmt: skip
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def _mlr(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
-    return _forward(q, k, v, seg_q, seg_k, slopes, cfg)[0]
-
-
-def _mlr_fwd(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
-    o, lse = _forward(q, k, v, seg_q, seg_k, slopes, cfg)
-    return o, (q, k, v, seg_q, seg_k, slopes, o, lse)
-
-
-def _mlr_bwd(cfg: _Static, residuals, do):
-    q, k, v, seg_q, seg_k, slopes, o, lse = residuals
+def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
+    """dQ, dK, dV from the kernels' inputs ``[q, k, v, dO, L, delta]`` (FA-2 Alg. 2)."""
+    q, k, v = arrays[:3]
     B, H, T, D = q.shape
     Dv = v.shape[-1]
-    # FA-2 Alg. 2 line 4: D_i = rowsum(dO_i ∘ O_i), an elementwise pass XLA fuses on its own.
-    delta = jnp.sum(o.astype(F32) * do.astype(F32), axis=-1, keepdims=True)
-    arrays = [q, k, v, do, lse, delta]
     n = D // cfg.chunk
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=False)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=False)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
     dk, dv = _call(
-        _dkv_kernel, cfg, rows=(bk, T // bk), stream=(bq, T // bq, False),
+        _dkv_kernel, cfg, rows=(bk, T // bk), stream=(bq, T // bq), row_is_q=False,
         arrays=arrays + extra,
         roles=["stream", "row", "row", "stream", "stream", "stream", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         scratch=[(bk, cfg.chunk)] * n + [(bk, Dv)], name="mlr_attention_dkv",
     )  # fmt: skip
-    extra, extra_roles = _extras(seg_q, seg_k, slopes, row_is_q=True)
+    extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
     (dq,) = _call(
-        _dq_kernel, cfg, rows=(bq, T // bq), stream=(bk, T // bk, True),
+        _dq_kernel, cfg, rows=(bq, T // bq), stream=(bk, T // bk), row_is_q=True,
         arrays=arrays + extra,
         roles=["row", "stream", "stream", "row", "row", "row", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)],
         scratch=[(bq, cfg.chunk)] * n, name="mlr_attention_dq",
     )  # fmt: skip
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv
 
 
-_mlr.defvjp(_mlr_fwd, _mlr_bwd)
+_mlr = attention_vjp(_forward, _backward)
 
 
 # ------------------------------------------------------------------------------ public wrapper
@@ -411,10 +404,10 @@ _mlr.defvjp(_mlr_fwd, _mlr_bwd)
 
 def _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len) -> tuple[int, ...]:
     """One-line KernelConfigErrors for what the kernel cannot take; returns the ranks."""
-    if q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
-        raise KernelConfigError(
-            f"mlr_attention: q{q.shape}, k{k.shape}, v{v.shape} must be (B, T, H, D) alike"
-        )
+    check_qkv(
+        "mlr_attention", q, k, v, segment_ids=segment_ids, alibi_slopes=alibi_slopes,
+        grouped=False,
+    )  # fmt: skip
     ranks = tuple(ranks)
     if not ranks or any(not isinstance(r, int | np.integer) or r < 1 for r in ranks):
         raise KernelConfigError(
@@ -437,14 +430,6 @@ def _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len) -> t
         raise KernelConfigError(
             f"mlr_attention: {len(ranks)} levels need block_len={block_len} divisible by "
             f"2^{len(ranks) - 1}; use fewer levels or another length"
-        )
-    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
-        raise KernelConfigError(
-            f"mlr_attention: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]}"
-        )
-    if alibi_slopes is not None and alibi_slopes.shape != (q.shape[2],):
-        raise KernelConfigError(
-            f"mlr_attention: alibi_slopes{alibi_slopes.shape} must be (H,)=({q.shape[2]},)"
         )
     return ranks
 

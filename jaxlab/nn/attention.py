@@ -15,18 +15,16 @@ multi-query attention) and picks an implementation from :class:`AttentionImpl`:
 
 ``impl="auto"`` resolves through :func:`default_impl` (one place, one rule): the XLA reference below
 :data:`CHUNKED_MIN_SEQ_LEN` keys and the chunked path from there; Pallas on GPU and TPU once
-:func:`pallas_ready` says so. That follows the environment variable ``JAXLAB_PALLAS``, read at each
-call: ``on`` lets ``auto`` pick the Pallas kernels (attention here and the MLP matmul of
-:mod:`jaxlab.nn.layers`) on GPUs and TPUs, ``off`` never, and ``auto`` (or unset) follows
-:data:`PALLAS_VERIFIED_ON_HARDWARE`, the project's default, which stays off until the native kernels
-have passed ``scripts/gpu_bench.sh`` on hardware. The CPU never picks Pallas (it only interprets).
+the repo-wide switch :func:`jaxlab.nn.pallas_switch.pallas_ready` says so (``JAXLAB_PALLAS``). The
+CPU never picks Pallas (it only interprets).
 
 Masks: ``causal`` keeps keys at positions ``<=`` the query's; ``segment_ids`` (B, T) keeps only
 pairs in the same document (packed rows); ``alibi_slopes`` (H,) adds ``-slope_h * |i - j|`` to the
 logits (Press et al. 2022, "Train Short, Test Long", Sec. 3). Queries sit at the end of the keys
 (query ``i`` at position ``i + S - T``), so causal attention needs ``T <= S``: with more queries
 than keys the first ``T - S`` queries would see no key at all, and every implementation refuses
-that with a :class:`~jaxlab.core.errors.ConfigError`.
+that with a :class:`~jaxlab.core.errors.ConfigError`. Shapes are checked once, by
+:func:`check_qkv` (the q/k/v check the Pallas kernels use too, :func:`pallas_kernels.check_qkv`).
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ from __future__ import annotations
 import enum
 import functools
 import math
-import os
 from typing import Literal
 
 import jax
@@ -44,15 +41,15 @@ from jaxtyping import Array, Float, Int
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.pallas_switch import pallas_ready
 
 __all__ = [
     "CHUNKED_MIN_SEQ_LEN",
-    "PALLAS_ENV",
     "AttentionImpl",
     "alibi_slopes",
+    "check_qkv",
     "default_impl",
     "dot_product_attention",
-    "pallas_ready",
     "xla_attention",
     "xla_chunked_attention",
 ]
@@ -76,43 +73,15 @@ class AttentionImpl(enum.StrEnum):
     CUDNN = "cudnn"
 
 
-# The default of JAXLAB_PALLAS=auto. Flip to True once scripts/gpu_bench.sh's native tests pass on
-# a GPU/TPU (see default_impl); until then users opt in with JAXLAB_PALLAS=on, no code edit needed.
-PALLAS_VERIFIED_ON_HARDWARE = False
-# Environment variable that overrides the switch above: auto (follow it), on, off.
-PALLAS_ENV = "JAXLAB_PALLAS"
-
-
-def pallas_ready(platform: str | None = None) -> bool:
-    """Whether ``"auto"`` dispatches (attention here, the MLP matmul in :mod:`jaxlab.nn.layers`)
-    pick Pallas on ``platform`` (default ``jax.default_backend()``).
-
-    Never on the CPU; on a GPU or TPU as :data:`PALLAS_ENV` (``JAXLAB_PALLAS``, read at each call)
-    says: ``on`` yes, ``off`` no, ``auto`` or unset as :data:`PALLAS_VERIFIED_ON_HARDWARE`.
-
-    Raises:
-      ConfigError: ``JAXLAB_PALLAS`` holds anything else.
-    """
-    setting = os.environ.get(PALLAS_ENV, "").strip().lower() or "auto"
-    if setting not in ("auto", "on", "off"):
-        raise ConfigError(
-            f"{PALLAS_ENV}={os.environ[PALLAS_ENV]!r} must be auto, on or off "
-            "(on: impl 'auto' picks the Pallas kernels on GPU/TPU)"
-        )
-    platform = jax.default_backend() if platform is None else platform
-    if platform not in ("gpu", "cuda", "rocm", "tpu"):
-        return False
-    return PALLAS_VERIFIED_ON_HARDWARE if setting == "auto" else setting == "on"
-
-
 def default_impl(platform: str | None = None, seq_len: int | None = None) -> AttentionImpl:
     """The implementation ``impl="auto"`` uses on ``platform`` for ``seq_len`` keys.
 
     The design is Pallas flash attention on GPU and TPU (it takes ALiBi and document masks, which
-    cuDNN's fused kernel does not). Until the native kernels are verified on hardware
-    (:data:`PALLAS_VERIFIED_ON_HARDWARE`; ``scripts/gpu_bench.sh`` runs the checks), the
+    cuDNN's fused kernel does not), once the repo-wide switch
+    (:func:`jaxlab.nn.pallas_switch.pallas_ready`) allows it: until the native kernels are verified
+    on hardware (``PALLAS_VERIFIED_ON_HARDWARE``; ``scripts/gpu_bench.sh`` runs the checks) the
     accelerators use the XLA path: the chunked one for long sequences, the reference otherwise; pass
-    ``impl="pallas"``, or set ``JAXLAB_PALLAS=on`` (:func:`pallas_ready`), to opt in. On CPU,
+    ``impl="pallas"``, or set ``JAXLAB_PALLAS=on``, to opt in. On CPU,
     where Pallas only interprets, the XLA reference for short sequences and the chunked XLA path
     from :data:`CHUNKED_MIN_SEQ_LEN` keys on (memory linear in T).
 
@@ -163,29 +132,19 @@ def alibi_slopes(
     return np.asarray(slopes, np.float32)
 
 
-def _check_shapes(q, k, v, segment_ids, alibi, causal: bool) -> None:
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ConfigError(
-            f"attention expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
-        )
-    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ConfigError(f"attention: q{q.shape}, k{k.shape}, v{v.shape} do not fit together")
-    if k.shape[2] == 0:
-        raise ConfigError(f"attention: k and v need at least one head, got k{k.shape}")
-    T, S = q.shape[1], k.shape[1]
-    if causal and T > S:  # queries end-aligned: the first T - S would see no key (module doc)
-        raise ConfigError(
-            f"attention: causal attention needs at least as many keys as queries; got T={T} "
-            f"queries and S={S} keys"
-        )
-    if q.shape[2] % k.shape[2]:
-        raise ConfigError(
-            f"attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
-        )
-    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
-        raise ConfigError(f"attention: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]}")
-    if alibi is not None and alibi.shape != (q.shape[2],):
-        raise ConfigError(f"attention: alibi_slopes{alibi.shape} must be (H,)=({q.shape[2]},)")
+def check_qkv(
+    q, k, v, *, owner: str = "attention", causal=False, segment_ids=None, alibi_slopes=None,
+    grouped: bool = True,
+) -> None:  # fmt: skip
+    """:func:`pallas_kernels.check_qkv` (the one q/k/v check of every attention entry point, the
+    kernels' included) raising :class:`ConfigError`; ``grouped=False`` for MLR attention."""
+    try:
+        pallas_kernels.check_qkv(
+            owner, q, k, v, causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes,
+            grouped=grouped,
+        )  # fmt: skip
+    except pallas_kernels.KernelConfigError as err:
+        raise ConfigError(str(err)) from None
 
 
 def xla_attention(
@@ -395,7 +354,7 @@ def dot_product_attention(
     Raises:
       ConfigError: for shapes that do not fit, or an unknown or unavailable ``impl``.
     """
-    _check_shapes(q, k, v, segment_ids, alibi_slopes, causal)
+    check_qkv(q, k, v, causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes)
     try:
         impl = AttentionImpl(impl)
     except ValueError:

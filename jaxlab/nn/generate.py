@@ -2,9 +2,11 @@
 
 A model generates if it has two methods (:class:`CachedLM`): ``init_cache(batch_size, max_len)``
 returns a cache pytree whose shapes never change, and ``extend(tokens_BT, cache)`` returns the
-logits of ``T`` new tokens after the cached ones and the updated cache. The baseline Transformer's
-cache is a key/value cache preallocated to ``max_len`` (:mod:`jaxlab.nn.kv_cache`); the xLSTM's is
-its recurrent state, whose size does not depend on the context. On top of that:
+logits of ``T`` new tokens after the cached ones and the updated cache. Caches are NamedTuples with
+a ``pos`` field (the tokens seen), like the house's other states. The baseline Transformer's cache
+is a key/value cache preallocated to ``max_len`` (:class:`jaxlab.nn.kv_cache.KVCache`); the
+xLSTM's is its recurrent state, whose size does not depend on the context
+(``jaxlab.methods.xlstm.model.XLSTMCache``). On top of that:
 
 * :func:`prefill` runs the prompt through one ``extend`` from an empty cache;
 * :func:`decode_step` is one jitted token step (cache donated, so written in place);

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +46,7 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.errors import ConfigError
 
 __all__ = [
+    "KVCache",
     "cached_attention",
     "cached_global_sliding_window_attention",
     "cached_mlr_attention",
@@ -56,7 +58,16 @@ __all__ = [
 _MASK_VALUE = -1e30  # as the reference attention's masked logits: exp() underflows to exactly 0
 
 
-def init_cache(model, batch_size: int, max_len: int) -> dict:
+class KVCache(NamedTuple):
+    """The Transformer's generation cache: keys ``k`` and values ``v``, a ``(B, max_len, K, D)``
+    array per layer, and ``pos`` (int32 scalar), the number of positions written."""
+
+    k: tuple[Array, ...]
+    v: tuple[Array, ...]
+    pos: Int[Array, ""]
+
+
+def init_cache(model, batch_size: int, max_len: int) -> KVCache:
     """Zero keys/values of ``max_len`` positions for every layer of ``model`` and position 0."""
     cfg = model.cfg
     if cfg.positions == "learned" and max_len > cfg.seq_len:
@@ -67,7 +78,7 @@ def init_cache(model, batch_size: int, max_len: int) -> dict:
     shape = (batch_size, max_len, cfg.kv_heads, cfg.head_dim)
     # A fresh buffer per leaf: a donated cache must not hold one buffer twice.
     zeros = lambda: tuple(jnp.zeros(shape, cfg.dtype) for _ in range(cfg.num_layers))  # noqa: E731
-    return {"k": zeros(), "v": zeros(), "pos": jnp.zeros((), jnp.int32)}
+    return KVCache(zeros(), zeros(), jnp.zeros((), jnp.int32))
 
 
 def cached_attention(
@@ -277,14 +288,16 @@ def _attend_cached(attn, q_BTHD, k_cache, v_cache, pos):
     raise ConfigError(f"cached decoding has no form for attention kind {attn.kind!r}")
 
 
-def extend(model, tokens_BT: Int[Array, "B T"], cache: dict) -> tuple[Float[Array, "B T V"], dict]:
+def extend(
+    model, tokens_BT: Int[Array, "B T"], cache: KVCache
+) -> tuple[Float[Array, "B T V"], KVCache]:
     """Logits of ``T`` new tokens after the cached ones, and the cache with them written."""
     B, T = tokens_BT.shape
-    pos = cache["pos"]
+    pos = cache.pos
     positions_BT = jnp.broadcast_to(pos + jnp.arange(T), (B, T))
     x_BTD = model.embed(tokens_BT, positions_BT)
     new_k, new_v = [], []
-    for block, k_cache, v_cache in zip(model.blocks, cache["k"], cache["v"], strict=True):
+    for block, k_cache, v_cache in zip(model.blocks, cache.k, cache.v, strict=True):
         attn = block.attn
         h_BTD = block.norm1(x_BTD)
         q_BTHD = attn.q(h_BTD).reshape(B, T, attn.num_heads, attn.head_dim)
@@ -299,4 +312,4 @@ def extend(model, tokens_BT: Int[Array, "B T"], cache: dict) -> tuple[Float[Arra
         new_k.append(k_cache)
         new_v.append(v_cache)
     logits_BTV = model.unembed(model.final_norm(x_BTD)).astype(jnp.float32)
-    return logits_BTV, {"k": tuple(new_k), "v": tuple(new_v), "pos": pos + T}
+    return logits_BTV, KVCache(tuple(new_k), tuple(new_v), pos + T)

@@ -6,6 +6,8 @@ configs make (``kind`` picks the structure, the other fields are its options, th
 dense matmul backend). A :class:`LinearMap` computes ``x @ M`` for a ``(d_in, d_out)`` matrix ``M``
 held in some factored form, applies an optional activation (``layer(x, activation="gelu")``), and
 returns ``M`` itself with :meth:`LinearMap.dense_matrix` (tests, merging, spectral conversion).
+The interface lives in :mod:`jaxlab.nn.linear_map`, so kinds defined elsewhere (the spectral map,
+SST's LoRA) subclass it without importing this module.
 
 Kinds (:class:`LinearKind`; adding one is one enum member, one class, one :data:`LINEAR_KINDS`
 entry):
@@ -55,12 +57,12 @@ from typing import Literal, Protocol
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Float
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn import attention
-from pallas_kernels.matmul import ACTIVATIONS
+from jaxlab.nn.linear_map import Axes, LinearMap
+from jaxlab.nn.pallas_switch import pallas_ready
+from jaxlab.nn.spectral import Spectral
 
 __all__ = [
     "BTT",
@@ -69,7 +71,6 @@ __all__ = [
     "Dense",
     "LinearFactory",
     "LinearKind",
-    "LinearMap",
     "LinearName",
     "LinearSpec",
     "LowRank",
@@ -78,8 +79,6 @@ __all__ = [
     "default_matmul_impl",
     "param_init",
 ]
-
-Axes = tuple[str | None, str | None]
 
 
 class LinearKind(enum.StrEnum):
@@ -116,61 +115,14 @@ def param_init(init: Callable, axes: Sequence[str | None]) -> Callable:
 
 def default_matmul_impl(platform: str | None = None) -> MatmulImpl:
     """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
-    passed there (:func:`jaxlab.nn.attention.pallas_ready`, the same switch as the attention
+    passed there (:func:`jaxlab.nn.pallas_switch.pallas_ready`, the same switch as the attention
     kernels), XLA otherwise (on CPU Pallas only interprets)."""
-    return MatmulImpl.PALLAS if attention.pallas_ready(platform) else MatmulImpl.XLA
+    return MatmulImpl.PALLAS if pallas_ready(platform) else MatmulImpl.XLA
 
 
 def _normal(rngs: nnx.Rngs, shape, std: float, axes, param_dtype) -> nnx.Param:
     init = param_init(nnx.initializers.normal(std), axes)
     return nnx.Param(init(rngs.params(), shape, jnp.dtype(param_dtype)))
-
-
-def _activate(y: Array, activation: str | None) -> Array:
-    if activation is None:
-        return y
-    if activation not in ACTIVATIONS:
-        raise ConfigError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
-    return ACTIVATIONS[activation](y)
-
-
-class LinearMap(nnx.Module):
-    """The interface of every kind: ``layer(x, activation=None) = act(x @ layer.dense_matrix())``.
-
-    A kind is added by one :class:`LinearKind` member, one subclass and one :data:`LINEAR_KINDS`
-    entry (plus :class:`LinearSpec` / :class:`~jaxlab.nn.lm_config.LMConfig` fields for new
-    options). A subclass takes ``(d_in, d_out, *, std, axes, dtype, param_dtype, rngs, **options)``,
-    sets ``d_in``, ``d_out`` and ``dtype`` (the compute dtype) and implements :meth:`options`,
-    :meth:`validate`, :meth:`product` and :meth:`dense_matrix`; the dense kind overrides
-    ``__call__`` to fuse the activation into the Pallas matmul.
-    """
-
-    d_in: int
-    d_out: int
-    dtype: jnp.dtype
-
-    @staticmethod
-    def options(spec: LinearSpec) -> dict:
-        """The constructor's keyword options, read from a spec (e.g. ``{"rank": spec.rank}``)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def validate(d_in: int, d_out: int, **options) -> None:
-        """Raises a one-line :class:`ConfigError` unless ``options`` fit a ``d_in -> d_out`` map;
-        structured kinds start the message with the offending option (``"rank=0 must ..."``)."""
-        raise NotImplementedError
-
-    def product(self, x: Float[Array, "... d_in"]) -> Float[Array, "... d_out"]:
-        raise NotImplementedError
-
-    def dense_matrix(self) -> Float[Array, "d_in d_out"]:
-        """The implied ``(d_in, d_out)`` matrix ``M`` (forward: ``x @ M``), in float32."""
-        raise NotImplementedError
-
-    def __call__(
-        self, x: Float[Array, "... d_in"], activation: str | None = None
-    ) -> Float[Array, "... d_out"]:
-        return _activate(self.product(x.astype(self.dtype)), activation)
 
 
 class Dense(LinearMap):
@@ -428,13 +380,8 @@ LINEAR_KINDS: dict[LinearKind, type[LinearMap]] = {
     LinearKind.LOW_RANK: LowRank,
     LinearKind.BTT: BTT,
     LinearKind.MLR: MLR,
+    LinearKind.SPECTRAL: Spectral,  # Sparse Spectral Training's layer (jaxlab.nn.spectral)
 }
-
-
-# Sparse Spectral Training's layer is defined on LinearMap in its own file (jaxlab.nn.spectral).
-from jaxlab.nn.spectral import Spectral  # noqa: E402
-
-LINEAR_KINDS[LinearKind.SPECTRAL] = Spectral
 
 
 class LinearFactory(Protocol):

@@ -27,8 +27,15 @@ saved log-sum-exp (FlashAttention-2, Dao 2023, Alg. 2) instead of storing ``T^2 
 :func:`mlr_attention_reference` is the dense construction, kept as the oracle.
 ``impl="pallas"`` runs the same attention through the Pallas kernel
 :func:`pallas_kernels.mlr_attention` (one flash-attention pass whose QK width varies per tile
-pair); ``impl="auto"`` picks it on GPUs and TPUs under the switch of the other kernels
-(:func:`jaxlab.nn.attention.pallas_ready`) when its tiles fit the finest block, else this path.
+pair); ``impl="auto"`` picks it on GPUs and TPUs under the repo-wide switch of the other kernels
+(:func:`jaxlab.nn.pallas_switch.pallas_ready`) when its tiles fit the finest block, else this path.
+
+Not to be confused with the *bilinear* MLR score of the same paper
+(:class:`jaxlab.methods.structured_attention.scoring.BilinearMLRScore`, Sec. 3.2): there the
+multi-level structure is on the **feature** axis (``M_h = sum_l blockdiag_k(Q_{l,k} K_{l,k}ᵀ)``, a
+``D x D`` matrix between a query's and a key's features, replacing the low-rank ``W_Q W_Kᵀ``), with
+dense ``T x T`` logits, for in-context regression; here it is on the **sequence** axis (level ``l``
+scores only pairs of positions in the same block), which saves QK work in a language model.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from jaxtyping import Array, Float, Int
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import AttentionImpl, pallas_ready
+from jaxlab.nn.attention import AttentionImpl, check_qkv
+from jaxlab.nn.pallas_switch import pallas_ready
 
 __all__ = [
     "MLRNormalize",
@@ -406,8 +414,8 @@ def mlr_attention(
         blocks repeat (pairs in different ones are not scored).
       impl: an :class:`~jaxlab.nn.attention.AttentionImpl` (a model's ``attention_impl``):
         ``"pallas"`` the Pallas kernel, ``"auto"`` the kernel where
-        :func:`~jaxlab.nn.attention.pallas_ready` says so and its tiles fit the finest block (else
-        the blockwise XLA path), any other the blockwise XLA path.
+        :func:`~jaxlab.nn.pallas_switch.pallas_ready` says so and its tiles fit the finest block
+        (else the blockwise XLA path), any other the blockwise XLA path.
       tile: logits per (row, head) that one step of the blockwise XLA path computes: each region
         runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks of ``K`` keys at a time
         (results do not depend on it).
@@ -417,7 +425,8 @@ def mlr_attention(
         length, shapes that do not match, an unknown ``impl``, or ``impl="pallas"`` with shapes
         the kernel cannot tile.
     """
-    _check_qkv(q, k, v, segment_ids, alibi_slopes)
+    check_qkv(q, k, v, owner="mlr_attention", segment_ids=segment_ids, alibi_slopes=alibi_slopes,
+              grouped=False)  # fmt: skip
     try:
         impl = AttentionImpl(impl)
     except ValueError:
@@ -476,17 +485,6 @@ def _check_tile(tile) -> None:
         raise ConfigError(f"mlr_attention: tile={tile!r} must be a positive int (default 2**18)")
 
 
-def _check_qkv(q, k, v, segment_ids, slopes):
-    if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-        raise ConfigError(
-            f"mlr_attention: q {q.shape}, k {k.shape}, v {v.shape} must be (B, T, H, D) alike"
-        )
-    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
-        raise ConfigError(f"mlr_attention: segment_ids {segment_ids.shape} must be {q.shape[:2]}")
-    if slopes is not None and slopes.shape != (q.shape[2],):
-        raise ConfigError(f"mlr_attention: alibi_slopes {slopes.shape} must be ({q.shape[2]},)")
-
-
 def mlr_attention_reference(
     q: Float[Array, "B T H D"],
     k: Float[Array, "B T H D"],
@@ -501,7 +499,8 @@ def mlr_attention_reference(
 ) -> Float[Array, "B T H Dv"]:
     """The dense construction (as the authors' code builds it): one masked ``T x T`` logit matrix
     per level, summed, normalised, masked and soft-maxed. ``O(L T^2)``; the oracle of the tests."""
-    _check_qkv(q, k, v, segment_ids, alibi_slopes)
+    check_qkv(q, k, v, owner="mlr_attention", segment_ids=segment_ids, alibi_slopes=alibi_slopes,
+              grouped=False)  # fmt: skip
     check_mlr(ranks, q.shape[-1], q.shape[1], normalize)
     T, L = q.shape[1], len(ranks)
     pos = jnp.arange(T)

@@ -26,7 +26,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.linear import LinearMap
+from jaxlab.nn.linear_map import LinearMap
 
 __all__ = ["Frozen", "Spectral", "thin_svd"]
 
@@ -52,7 +52,7 @@ class Spectral(LinearMap):
     """``x @ (U diag(s) Vᵀ)`` with ``rank`` active singular-vector pairs (module docstring).
 
     ``matrix`` given: its SVD instead of a random draw (then ``std`` and ``rngs`` are unused).
-    Registered in :data:`jaxlab.nn.linear.LINEAR_KINDS`, which imports this module at its end.
+    Registered in :data:`jaxlab.nn.linear.LINEAR_KINDS` (``kind="spectral"``).
     """
 
     def __init__(

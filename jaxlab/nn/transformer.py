@@ -195,10 +195,10 @@ class Transformer(nnx.Module):
         logits_BTV = self.unembed(self.final_norm(x_BTD))
         return logits_BTV.astype(jnp.float32)
 
-    def init_cache(self, batch_size: int, max_len: int) -> dict:
+    def init_cache(self, batch_size: int, max_len: int) -> kv_cache.KVCache:
         """A key/value cache of ``max_len`` positions (:func:`jaxlab.nn.kv_cache.init_cache`)."""
         return kv_cache.init_cache(self, batch_size, max_len)
 
-    def extend(self, tokens_BT: Int[Array, "B T"], cache: dict):
+    def extend(self, tokens_BT: Int[Array, "B T"], cache: kv_cache.KVCache):
         """Logits of new tokens after the cached ones (:func:`jaxlab.nn.kv_cache.extend`)."""
         return kv_cache.extend(self, tokens_BT, cache)

@@ -156,12 +156,12 @@ def test_bad_calls_are_clear_errors(call, message):
 
 
 def test_auto_matmul_impl_follows_the_hardware_switch(monkeypatch):
-    from jaxlab.nn import attention
+    from jaxlab.nn import pallas_switch
     from jaxlab.nn.layers import default_matmul_impl
 
-    monkeypatch.delenv(attention.PALLAS_ENV, raising=False)
+    monkeypatch.delenv(pallas_switch.PALLAS_ENV, raising=False)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla"] * 3
-    monkeypatch.setattr(attention, "PALLAS_VERIFIED_ON_HARDWARE", True)
+    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", True)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla", "pallas", "pallas"]
 
 

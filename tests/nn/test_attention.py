@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn import attention
+from jaxlab.nn import pallas_switch
 from jaxlab.nn.attention import (
     CHUNKED_MIN_SEQ_LEN,
-    PALLAS_ENV,
     AttentionImpl,
     alibi_slopes,
     default_impl,
@@ -22,6 +22,7 @@ from jaxlab.nn.attention import (
     xla_attention,
     xla_chunked_attention,
 )
+from jaxlab.nn.pallas_switch import PALLAS_ENV
 
 
 def numpy_attention(q, k, v, causal, segment_ids=None, slopes=None):
@@ -201,7 +202,7 @@ def test_pallas_env_switch(setting, verified, monkeypatch):
     """JAXLAB_PALLAS flips both auto dispatches on GPU/TPU, at call time, and never on the CPU."""
     from jaxlab.nn.layers import default_matmul_impl
 
-    monkeypatch.setattr(attention, "PALLAS_VERIFIED_ON_HARDWARE", verified)
+    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", verified)
     monkeypatch.setenv(PALLAS_ENV, setting)
     on = {"on": True, "off": False}.get(setting.strip().lower(), verified)
     for platform in ("gpu", "tpu"):
@@ -223,9 +224,52 @@ def test_bad_pallas_env_value_is_a_config_error(monkeypatch):
         assert "\n" not in str(err.value)
 
 
-def test_pallas_errors_become_config_errors():
+def test_pallas_errors_become_config_errors(monkeypatch):
+    """The kernel's own errors (block sizes, platform) reach the user as ConfigError; shape
+    errors never get there, the shared q/k/v check raises them first."""
+
+    def refuse(*args, **kwargs):
+        raise pallas_kernels.KernelConfigError("flash_attention: native TPU kernels need ...")
+
+    monkeypatch.setattr(pallas_kernels, "flash_attention", refuse)
     q, k, v = _qkv(9)
-    with pytest.raises(ConfigError, match="impl 'pallas': flash_attention: segment_ids"):
+    with pytest.raises(ConfigError, match="impl 'pallas': flash_attention: native TPU"):
+        dot_product_attention(q, k, v, causal=True, impl="pallas")
+
+
+@pytest.mark.parametrize("impl", ["xla", "xla_chunked", "pallas", "cudnn"])
+def test_every_impl_gets_the_one_shape_check(impl):
+    """One q/k/v check (pallas_kernels.check_qkv) serves every impl: the same one-line message,
+    before any implementation runs (segment ids with fewer queries than keys, say)."""
+    q, k, v = _qkv(9)
+    with pytest.raises(ConfigError, match="segment_ids need as many keys as queries") as err:
         dot_product_attention(
-            q[:, :6], k, v, causal=True, segment_ids=jnp.zeros((2, 6), jnp.int32), impl="pallas"
+            q[:, :6], k, v, causal=True, segment_ids=jnp.zeros((2, 6), jnp.int32), impl=impl
         )
+    assert str(err.value).startswith("attention: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            dict(k=jnp.ones((2, 12, 3, 8))),
+            "attention: 4 query heads are not a multiple of 3 kv heads",
+        ),
+        (dict(alibi_slopes=jnp.ones(3)), "attention: alibi_slopes(3,) must be (H,)=(4,)"),
+        (dict(causal=True, k=jnp.ones((2, 6, 4, 8))), "attention: causal attention needs at least"),
+    ],
+)
+def test_the_dispatch_and_the_flash_kernel_share_one_qkv_check(mutate, message):
+    """One check (pallas_kernels.check_qkv): the kernel's message is the dispatch's, prefixed by
+    the kernel's name."""
+    q = jnp.ones((2, 12, 4, 8))
+    kwargs = dict(q=q, k=q, v=q, causal=False)
+    kwargs.update(mutate)
+    kwargs["v"] = kwargs["k"]
+    with pytest.raises(ConfigError) as ours:
+        dot_product_attention(**kwargs)
+    with pytest.raises(pallas_kernels.KernelConfigError) as kernel:
+        pallas_kernels.flash_attention(**kwargs)
+    assert str(ours.value).startswith(message) and "\n" not in str(ours.value)
+    assert str(kernel.value) == "flash_" + str(ours.value)

@@ -63,7 +63,7 @@ def test_teacher_forced_logits_equal_the_full_forward(model):
 def test_a_fresh_cache_can_be_donated_to_the_decode_step(model):
     """Every cache leaf is its own buffer (donating one buffer twice is an XLA error)."""
     logits, cache = decode_step(model, jnp.zeros((1,), jnp.int32), model.init_cache(1, 8))
-    assert logits.shape == (1, 256) and int(cache["pos"]) == 1
+    assert logits.shape == (1, 256) and int(cache.pos) == 1
 
 
 def test_sampling_follows_temperature_top_k_and_the_key():

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import pallas_kernels
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.attention import alibi_slopes, dot_product_attention
 from jaxlab.nn.mlr_attention import (
@@ -241,3 +242,25 @@ def test_shorter_inputs_keep_the_blocks_of_a_full_row():
     np.testing.assert_allclose(rep[:, 16:], full, atol=2e-6)
     with pytest.raises(ConfigError, match="non-causal"):
         mlr_attention(q[:, :5], k[:, :5], v[:, :5], ranks=RANKS, causal=False, block_len=16)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (dict(alibi_slopes=jnp.ones(3)), r"mlr_attention: alibi_slopes(3,) must be (H,)=(2,)"),
+        (dict(segment_ids=jnp.ones((1, 5), int)), r"mlr_attention: segment_ids(1, 5) must be"),
+        (dict(k=jnp.ones((1, 8, 2, 8))), r"mlr_attention: q(1, 16, 2, 8), k(1, 8, 2, 8), v("),
+    ],
+)
+def test_the_xla_path_and_the_kernel_share_one_qkv_check(mutate, message):
+    """One check (pallas_kernels.check_qkv) for both entry points: the same one-line message, a
+    ConfigError here and a KernelConfigError from the kernel."""
+    q = jnp.ones((1, 16, 2, sum(RANKS)))
+    kwargs = dict(q=q, k=q, v=q, ranks=RANKS)
+    kwargs.update(mutate)
+    with pytest.raises(ConfigError) as ours:
+        mlr_attention(**kwargs)
+    with pytest.raises(pallas_kernels.KernelConfigError) as kernel:
+        pallas_kernels.mlr_attention(**kwargs)
+    assert str(ours.value) == str(kernel.value)
+    assert str(ours.value).startswith(message) and "\n" not in str(ours.value)

@@ -1,6 +1,6 @@
 """Turning the linear maps of any jaxlab model into spectral (or LoRA) layers, and back.
 
-:func:`to_spectral` replaces every :class:`~jaxlab.nn.linear.LinearMap` of a model (the
+:func:`to_spectral` replaces every :class:`~jaxlab.nn.linear_map.LinearMap` of a model (the
 Transformer's Q, K, V, output and MLP maps, the RMT's MLP maps, ...) by the
 :class:`~jaxlab.nn.spectral.Spectral` layer of its matrix (SST paper, Sec. 4.3: SVD
 initialisation, so the converted model computes the same function), except the maps named in
@@ -19,7 +19,8 @@ from flax import nnx
 
 from jaxlab.methods.sst.lora import LoRA
 from jaxlab.methods.sst.sampling import active_permutation, sample_active
-from jaxlab.nn.linear import Dense, LinearMap
+from jaxlab.nn.linear import Dense
+from jaxlab.nn.linear_map import LinearMap
 from jaxlab.nn.spectral import Spectral
 
 __all__ = ["DEFAULT_EXCLUDE", "linear_layers", "merge_dense", "to_lora", "to_spectral"]

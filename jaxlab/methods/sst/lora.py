@@ -16,7 +16,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from jaxlab.nn.linear import LinearMap, LowRank
+from jaxlab.nn.linear import LowRank
+from jaxlab.nn.linear_map import LinearMap
 from jaxlab.nn.spectral import Frozen
 
 __all__ = ["LoRA"]

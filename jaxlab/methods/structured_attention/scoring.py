@@ -16,7 +16,11 @@ information when the inputs are high-dimensional (``d_head < d``). The paper rep
   the projections cost as much as standard attention with ``d_qk = sum_l r_l`` and ``M_h`` has rank
   ``min(D, sum_l r_l 2^l)``. Each level's queries and keys (``r_l 2^l`` numbers) pass a LayerNorm
   and score at ``1/sqrt(r_l 2^l)``, summed over levels, as in the authors' ``BilinearMLRAttention``
-  (their default, no division by the number of levels).
+  (their default, no division by the number of levels). Not the *MLR attention* of the same
+  paper's Sec. 4 (:func:`jaxlab.nn.mlr_attention.mlr_attention`): that one puts the levels on the
+  **sequence** axis (level ``l`` scores only pairs of positions in the same block, saving QK work
+  in a language model); this one puts them on the **feature** axis (a structured ``D x D``
+  bilinear form between a query's and a key's features, dense ``T x T`` logits).
 * :class:`DotProductScore` — the standard multi-head baseline.
 
 ``qk_norm=False`` removes the LayerNorms; the scores are then exactly ``x^T M_h x'`` for the matrix
@@ -123,7 +127,8 @@ class BilinearMLRScore(nnx.Module):
     Level ``l`` holds query and key factors ``(D, H r_l)``: its ``2^l`` feature blocks' factors
     (``(D / 2^l, r_l)`` per head) stacked along ``D``, the layout of :class:`jaxlab.nn.linear.MLR`'s
     first factor. ``q_l(x)`` maps every block of ``x`` through its own factor and concatenates the
-    ``2^l`` results (``r_l 2^l`` numbers per head).
+    ``2^l`` results (``r_l 2^l`` numbers per head). Levels on the feature axis; the sequence-axis
+    MLR attention of Sec. 4 is :func:`jaxlab.nn.mlr_attention.mlr_attention` (module docstring).
     """
 
     def __init__(

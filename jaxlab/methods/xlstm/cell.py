@@ -36,14 +36,15 @@ differentiated, the same steps run as a ``lax.scan`` over chunk-major copies, wh
 is linear too (``_chunks``). Sequences that are not chunk multiples are padded with tokens that
 leave the state unchanged (``i = -1e30``, ``lf = 0``).
 ``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
-``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the same
-switch as the other kernels (:func:`jaxlab.nn.attention.pallas_ready`) and ``chunkwise`` elsewhere.
+``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the
+repo-wide switch of the other kernels (:func:`jaxlab.nn.pallas_switch.pallas_ready`) and
+``chunkwise`` elsewhere.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -51,11 +52,12 @@ from jaxtyping import Array, Float
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import pallas_ready
+from jaxlab.nn.pallas_switch import pallas_ready
 
-__all__ = ["MLSTMState", "mlstm", "mlstm_parallel", "mlstm_step", "zero_state"]
+__all__ = ["CellForm", "MLSTMState", "mlstm", "mlstm_parallel", "mlstm_step", "zero_state"]
 
-Form = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
+# The forms of the cell (module docstring): :func:`mlstm`'s ``form`` and the config's ``cell_form``.
+CellForm = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
 # Log-weight of a token that must not enter the state (padding); finite so no inf - inf arises.
 NEG = -1e30
 
@@ -259,7 +261,7 @@ def mlstm(
     i: Float[Array, "B NH S"],
     f: Float[Array, "B NH S"],
     *,
-    form: Form = "chunkwise",
+    form: CellForm = "chunkwise",
     chunk_size: int = 64,
     initial_state: MLSTMState | tuple | None = None,
     return_state: bool = False,
@@ -318,7 +320,5 @@ def mlstm(
     elif form == "chunkwise":
         h, final = _chunkwise(q, k, v, i, f, state, chunk_size, eps)
     else:
-        raise ConfigError(
-            f"mlstm: unknown form {form!r}; choose auto, chunkwise, parallel, recurrent or pallas"
-        )
+        raise ConfigError(f"mlstm: unknown form {form!r}; choose {', '.join(get_args(CellForm))}")
     return (h, final) if return_state else h

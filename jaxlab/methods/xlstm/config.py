@@ -17,14 +17,12 @@ and forget-gate biases linspace(3, 6) over heads. ``xLSTMConfig.xlstm_7b()`` is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 from jaxlab.core.config import check
+from jaxlab.methods.xlstm.cell import CellForm
 from jaxlab.nn.lm_config import LMConfig, NormName
 
 __all__ = ["xLSTMConfig"]
-
-CellForm = Literal["auto", "chunkwise", "parallel", "recurrent", "pallas"]
 
 
 def round_up(x: float, multiple: int) -> int:

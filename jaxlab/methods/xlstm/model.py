@@ -17,20 +17,25 @@ Packed rows. At the first token of every document (and of the row) the forget ga
 (``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
 on what precedes it in the row, nor on where it sits.
 
-Scanned blocks. With ``cfg.scan_blocks`` the (mLSTM-only) blocks are one :class:`Block` whose
+Block kinds. Every block of the 7B is an :class:`mLSTMBlock`; the blocks a config lists in
+``slstm_blocks`` are :class:`sLSTMBlock` instead (the model builder picks each block's class).
+
+Scanned blocks. With ``cfg.scan_blocks`` the (mLSTM-only) blocks are one :class:`mLSTMBlock` whose
 parameters carry a leading ``layers`` axis, run by a ``lax.scan`` (the residual stream is the
 carry; under ``remat`` each step is checkpointed, so only the blocks' inputs are saved): one block
 compiled instead of ``num_layers``, and one block's FSDP-gathered weights live at a time.
 :func:`stack_blocks` copies an unscanned model's parameters into a scanned one.
 
-Generation. :meth:`xLSTM.init_cache` gives the per-block recurrent states (stacked on the
-``layers`` axis with scanned blocks, and then the scan's xs), whose size does not
+Generation. :meth:`xLSTM.init_cache` gives an :class:`XLSTMCache`: the per-block recurrent states
+(stacked on the ``layers`` axis with scanned blocks, and then the scan's xs), whose size does not
 depend on the context; :meth:`xLSTM.extend` runs new tokens from a cache (the chunkwise form for a
 prompt, one :func:`~jaxlab.methods.xlstm.mlstm_step` per decoded token). Parameters carry logical
 axis names (``vocab``, ``embed``, ``heads``, ``mlp``) for :mod:`jaxlab.core.mesh`.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,14 +47,28 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
-from jaxlab.methods.xlstm.slstm import sLSTMLayer, zero_slstm_state
+from jaxlab.methods.xlstm.norm import MultiHeadNorm
+from jaxlab.methods.xlstm.slstm import SLSTMState, sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
 
-__all__ = ["XLSTMCache", "soft_cap", "stack_blocks", "xLSTM"]
+__all__ = ["XLSTMCache", "mLSTMBlock", "sLSTMBlock", "soft_cap", "stack_blocks", "xLSTM"]
 
 F32 = jnp.float32
-XLSTMCache = dict  # {"states": tuple[MLSTMState, ...], "pos": int32 scalar}
+
+
+class XLSTMCache(NamedTuple):
+    """The xLSTM's generation cache: the recurrent states after the tokens seen, and their count.
+
+    ``states`` holds one :class:`~jaxlab.methods.xlstm.MLSTMState` (or
+    :class:`~jaxlab.methods.xlstm.slstm.SLSTMState` for an sLSTM block) per block, or with
+    ``scan_blocks`` one state whose arrays are stacked on a leading ``layers`` axis (the scan's
+    xs). ``pos`` (int32 scalar) is the number of tokens the states have seen. Its size does not
+    depend on the context.
+    """
+
+    states: tuple[MLSTMState | SLSTMState, ...] | MLSTMState
+    pos: Int[Array, ""]
 
 
 def soft_cap(x: Array, cap: float) -> Array:
@@ -74,24 +93,6 @@ class HeadGates(nnx.Module):
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
         return soft_cap(x_BTE.astype(F32) @ self.kernel[...] + self.bias[...], self.cap)
-
-
-class MultiHeadNorm(nnx.Module):
-    """LayerNorm of each head's cell output over its Dv channels, weight only, in float32 (the
-    7B's ``MultiHeadLayerNorm``)."""
-
-    def __init__(self, heads: int, dim: int, eps: float, param_dtype: str, rngs: nnx.Rngs):
-        init = param_init(nnx.initializers.ones, ("heads",))
-        self.scale = nnx.Param(init(rngs.params(), (heads * dim,), jnp.dtype(param_dtype)))
-        self.heads, self.dim, self.eps = heads, dim, eps
-
-    def __call__(self, h_BTHV: Float[Array, "B T NH Dv"]) -> Float[Array, "B T V"]:
-        h = h_BTHV.astype(F32)
-        mean = jnp.mean(h, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
-        h = (h - mean) * jax.lax.rsqrt(var + self.eps)
-        B, T = h.shape[:2]
-        return h.reshape(B, T, -1) * self.scale[...].astype(F32)
 
 
 class mLSTMLayer(nnx.Module):  # noqa: N801
@@ -159,36 +160,52 @@ class SwiGLU(nnx.Module):
         return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
 
 
-class Block(nnx.Module):
-    """``x + mLSTMLayer(RMSNorm(x))`` (or an sLSTM layer) then ``x + SwiGLU(RMSNorm(x))``."""
+def _residual(block, norm, mixer, x_BTE, reset_BT, state):
+    """``x + mixer(norm(x))`` then ``x + SwiGLU(RMSNorm(x))``: the two residual steps of either
+    block kind, around its own pre-norm and mixer."""
+    y_BTE, state = mixer(norm(x_BTE).astype(block.dtype), reset_BT, state)
+    x_BTE = x_BTE + y_BTE
+    return x_BTE + block.mlp(block.norm_ffn(x_BTE).astype(block.dtype)), state
 
-    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs, slstm: bool = False):
+
+class mLSTMBlock(nnx.Module):  # noqa: N801
+    """``x + mLSTMLayer(RMSNorm(x))`` then ``x + SwiGLU(RMSNorm(x))``: every block of the 7B."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.norm_mlstm = _rmsnorm(cfg.d_model, cfg, rngs)
-        if slstm:
-            self.slstm = sLSTMLayer(cfg, rngs=rngs)
-        else:
-            self.mlstm = mLSTMLayer(cfg, rngs=rngs)
-        self.is_slstm = slstm
+        self.mlstm = mLSTMLayer(cfg, rngs=rngs)
         self.norm_ffn = _rmsnorm(cfg.d_model, cfg, rngs)
         self.mlp = SwiGLU(cfg, rngs=rngs)
         self.dtype = jnp.dtype(cfg.dtype)
 
-    def __call__(self, x_BTE, reset_BT, state=None):
-        mixer = self.slstm if self.is_slstm else self.mlstm
-        y_BTE, state = mixer(self.norm_mlstm(x_BTE).astype(self.dtype), reset_BT, state)
-        x_BTE = x_BTE + y_BTE
-        return x_BTE + self.mlp(self.norm_ffn(x_BTE).astype(self.dtype)), state
+    def __call__(self, x_BTE, reset_BT, state: MLSTMState | None = None):
+        return _residual(self, self.norm_mlstm, self.mlstm, x_BTE, reset_BT, state)
 
 
-def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> Block:
-    """``num_layers`` mLSTM blocks as one :class:`Block` whose parameters have a leading axis of
-    that size, named ``layers`` (replicated by :class:`jaxlab.core.mesh.AxisRules`, so every
+class sLSTMBlock(nnx.Module):  # noqa: N801
+    """``x + sLSTMLayer(RMSNorm(x))`` then ``x + SwiGLU(RMSNorm(x))``: the blocks of
+    ``cfg.slstm_blocks`` (none in the 7B; the xLSTM[a:b] models of the NeurIPS paper)."""
+
+    def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
+        self.norm_slstm = _rmsnorm(cfg.d_model, cfg, rngs)
+        self.slstm = sLSTMLayer(cfg, rngs=rngs)
+        self.norm_ffn = _rmsnorm(cfg.d_model, cfg, rngs)
+        self.mlp = SwiGLU(cfg, rngs=rngs)
+        self.dtype = jnp.dtype(cfg.dtype)
+
+    def __call__(self, x_BTE, reset_BT, state: SLSTMState | None = None):
+        return _residual(self, self.norm_slstm, self.slstm, x_BTE, reset_BT, state)
+
+
+def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
+    """``num_layers`` mLSTM blocks as one :class:`mLSTMBlock` whose parameters have a leading axis
+    of that size, named ``layers`` (replicated by :class:`jaxlab.core.mesh.AxisRules`, so every
     weight keeps its own sharding). Each block draws its own keys (``nnx.split_rngs``)."""
 
     @nnx.split_rngs(splits=cfg.num_layers)
     @nnx.vmap(in_axes=0, out_axes=0, transform_metadata={nnx.PARTITION_NAME: "layers"})
-    def make(rngs: nnx.Rngs) -> Block:
-        return Block(cfg, rngs=rngs)
+    def make(rngs: nnx.Rngs) -> mLSTMBlock:
+        return mLSTMBlock(cfg, rngs=rngs)
 
     return make(rngs)
 
@@ -204,9 +221,10 @@ class xLSTM(nnx.Module):  # noqa: N801
         if cfg.scan_blocks:
             self.blocks = _stacked_blocks(cfg, rngs)
         else:
-            self.blocks = nnx.List(
-                [Block(cfg, rngs=rngs, slstm=n in cfg.slstm_blocks) for n in range(cfg.num_layers)]
-            )
+            kinds = [
+                sLSTMBlock if n in cfg.slstm_blocks else mLSTMBlock for n in range(cfg.num_layers)
+            ]
+            self.blocks = nnx.List([kind(cfg, rngs=rngs) for kind in kinds])
         self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
         self.unembed = unembedding(
             cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
@@ -274,7 +292,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         if c.scan_blocks:  # one state stacked over the blocks, as the scan's xs
             state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
             stacked = jax.tree.map(lambda x: jnp.zeros((c.num_layers, *x.shape), x.dtype), state)
-            return {"states": stacked, "pos": jnp.zeros((), jnp.int32)}
+            return XLSTMCache(stacked, jnp.zeros((), jnp.int32))
         # A fresh buffer per block: a donated cache must not hold one buffer twice.
         states = tuple(
             zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
@@ -282,16 +300,16 @@ class xLSTM(nnx.Module):  # noqa: N801
             else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
             for n in range(c.num_layers)
         )
-        return {"states": states, "pos": jnp.zeros((), jnp.int32)}
+        return XLSTMCache(states, jnp.zeros((), jnp.int32))
 
     def extend(
         self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
     ) -> tuple[Float[Array, "B T V"], XLSTMCache]:
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
         B, T = tokens_BT.shape
-        reset_BT = (cache["pos"] + jnp.arange(T) == 0)[None, :].repeat(B, 0)
-        logits_BTV, states = self._run(tokens_BT, reset_BT, cache["states"])
-        return logits_BTV, {"states": states, "pos": cache["pos"] + T}
+        reset_BT = (cache.pos + jnp.arange(T) == 0)[None, :].repeat(B, 0)
+        logits_BTV, states = self._run(tokens_BT, reset_BT, cache.states)
+        return logits_BTV, XLSTMCache(states, cache.pos + T)
 
 
 def stack_blocks(unscanned: xLSTM, scanned: xLSTM) -> None:

@@ -28,6 +28,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.methods.xlstm.cell import NEG
+from jaxlab.methods.xlstm.norm import MultiHeadNorm
 from jaxlab.nn.init import weight_std
 
 __all__ = ["SLSTMState", "sLSTMLayer", "slstm", "zero_slstm_state"]
@@ -84,8 +85,6 @@ class sLSTMLayer(nnx.Module):  # noqa: N801
     """``out(MultiHeadNorm(sLSTM(W x + b)))`` with block-diagonal recurrence, NH heads of E/NH."""
 
     def __init__(self, cfg, *, rngs: nnx.Rngs):
-        from jaxlab.methods.xlstm.model import MultiHeadNorm  # the 7B's per-head norm (cycle)
-
         E, NH = cfg.d_model, cfg.num_heads
         dh = E // NH
         linear = cfg.linear_factory()

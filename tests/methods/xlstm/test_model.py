@@ -56,7 +56,7 @@ def test_bfloat16_compute_keeps_the_state_in_float32():
     model = xLSTM(dataclasses.replace(TINY, dtype="bfloat16"), rngs=nnx.Rngs(0))
     logits, cache = model.extend(jnp.zeros((1, 5), jnp.int32), model.init_cache(1, 8))
     assert logits.dtype == jnp.float32
-    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(cache["states"]))
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(cache.states))
 
 
 @pytest.mark.parametrize(

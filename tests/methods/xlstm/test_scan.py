@@ -80,7 +80,7 @@ def test_scanned_teacher_forced_decoding_equals_the_full_forward(pair):
     """A prompt off the chunk grid (7 tokens, chunk 4); the contract tests add one on it."""
     _, scanned = pair
     cache = scanned.init_cache(2, 16)
-    assert cache["states"].C.shape == (2, 2, 4, 4, 8)  # (layers, B, NH, Dqk, Dv)
+    assert cache.states.C.shape == (2, 2, 4, 4, 8)  # (layers, B, NH, Dqk, Dv)
     tokens = jnp.concatenate([TOKENS[:2], TOKENS[:2, :1]], axis=1)
     full = scanned(tokens)
     assert _rel(teacher_forced_logits(scanned, tokens, 7), full) < 1e-5

@@ -8,7 +8,8 @@ import optax
 from flax import nnx
 
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.methods.xlstm.slstm import slstm
+from jaxlab.methods.xlstm.model import XLSTMCache, mLSTMBlock, sLSTMBlock
+from jaxlab.methods.xlstm.slstm import SLSTMState, slstm
 from jaxlab.nn.generate import teacher_forced_logits
 from jaxlab.nn.lm_task import cross_entropy
 
@@ -49,7 +50,9 @@ def test_scan_matches_a_numpy_loop():
 
 def test_a_mixed_model_trains_and_keeps_documents_apart():
     model = xLSTM(MIXED, rngs=nnx.Rngs(0))
-    assert hasattr(model.blocks[1], "slstm") and hasattr(model.blocks[0], "mlstm")
+    assert [type(b) for b in model.blocks] == [mLSTMBlock, sLSTMBlock]  # chosen by the builder
+    cache = model.init_cache(1, 16)
+    assert isinstance(cache, XLSTMCache) and isinstance(cache.states[1], SLSTMState)
     tokens = jax.random.randint(jax.random.key(1), (1, 16), 1, 256)
     seg = jnp.array([[1] * 7 + [2] * 9])
     a = model(tokens, segment_ids=seg)
