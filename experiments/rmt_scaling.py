@@ -52,8 +52,8 @@ from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter, read_metrics
 from jaxlab.core.plots import plot_pairs, plot_scaling
 from jaxlab.core.scaling import fit_power_law, mean_sd
+from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.benchmark import step_seconds
 from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.methods.rmt.mup import mup_lr_groups
 from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embedding_params
@@ -212,16 +212,21 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_scaling", PRESETS, preset)
 
 
-def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
-    """Trains one model with one seed; returns its validation curve."""
-    cls, _ = ARCHS[arch]
-    task = LMTask(
+def _task(model_cfg, cfg: Config) -> LMTask:
+    """The language-modelling task of one model (both architectures alike)."""
+    cls = RMT if isinstance(model_cfg, RMTConfig) else Transformer
+    return LMTask(
         build=lambda rngs: cls(model_cfg, rngs=rngs),
         seq_len=model_cfg.seq_len,
         source=cfg.data,
         z_loss=cfg.z_loss,
         tokenizer=cfg.tokenizer or None,
     )
+
+
+def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
+    """Trains one model with one seed; returns its validation curve."""
+    task = _task(model_cfg, cfg)
     train = dataclasses.replace(cfg.train, seed=seed)
     run_training(
         task,
@@ -321,21 +326,30 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
 
 
 def _time_steps(tcfg: TransformerConfig, rcfg: RMTConfig, cfg: Config) -> dict:
-    """Step times side by side; the RMT's grows with its residual Dk x Dv, so it is timed at the
-    configured Dk and at Dk = Dv (the paper's 305M shape)."""
-    task = LMTask(
-        build=lambda r: Transformer(tcfg, rngs=r),
-        seq_len=tcfg.seq_len,
-        source=cfg.data,
-        tokenizer=cfg.tokenizer or None,
-    )
-    batch = task.eval_batches(cfg.train.batch_size, 1)[0]
+    """Step times side by side, of the train steps :func:`_train` trains (same task, optimizer,
+    clipping, schedule, z-loss and mesh); the RMT's grows with its residual Dk x Dv, so it is
+    timed at the configured Dk and at Dk = Dv (the paper's 305M shape)."""
     d_keys = sorted({rcfg.d_key, rcfg.d_value})
-    builders = {"transformer": lambda r: Transformer(tcfg, rngs=r)}
-    for dk in d_keys:
-        c = dataclasses.replace(rcfg, d_key=dk)
-        builders[f"rmt_dk{dk}"] = lambda r, c=c: RMT(c, rngs=r)
-    secs = step_seconds(builders, batch, rounds=cfg.time_rounds, z_loss=cfg.z_loss)
+    models = {"transformer": tcfg} | {
+        f"rmt_dk{dk}": dataclasses.replace(rcfg, d_key=dk) for dk in d_keys
+    }
+    tasks = {name: _task(model_cfg, cfg) for name, model_cfg in models.items()}
+    lr_groups = {
+        name: mup_lr_groups(model_cfg)
+        for name, model_cfg in models.items()
+        if getattr(model_cfg, "mup", False)
+    }
+    batch = tasks["transformer"].eval_batches(cfg.train.batch_size, 1)[0]
+    timings = step_seconds(
+        tasks,
+        batch,
+        cfg.train,
+        mesh_cfg=cfg.mesh,
+        lr_groups=lr_groups,
+        repeats=cfg.time_rounds,
+        calls=4,
+    )
+    secs = {name: t.step.median for name, t in timings.items()}
     by_dk = {dk: secs[f"rmt_dk{dk}"] / secs["transformer"] for dk in d_keys}
     return {
         "seconds_per_step": secs,
