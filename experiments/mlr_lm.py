@@ -15,7 +15,7 @@ a scaled-down version of the paper's 8-level 32|8|6|4|4|4|4|2 at head dim 64 (de
 Two more rows put MLR into the RMT (:mod:`jaxlab.methods.rmt`, its own recipe) beside the RMT with
 MHA: a combination not published. Compute is the non-embedding training FLOPs per token (3x the
 forward: projections, MLP, and the token mixing counted over the pairs each kind really scores,
-:func:`jaxlab.methods.structured_attention.flops.attention_mix_flops`) times the tokens seen.
+``LMConfig.flops_per_token(include_vocab=False, causal=True)``) times the tokens seen.
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ import numpy as np
 
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter, read_metrics
 from jaxlab.core.plots import plot_curves
 from jaxlab.core.scaling import mean_sd
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
-from jaxlab.methods.structured_attention.flops import attention_mix_flops
 from jaxlab.nn.lm_task import LMTask
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -141,20 +138,6 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("mlr_lm", PRESETS, preset)
 
 
-def flops_per_token(cfg) -> float:
-    """Non-embedding training FLOPs per token (3x forward), token mixing counted per kind."""
-    if isinstance(cfg, RMTConfig):
-        base, heads, head_dim = rmt_flops_per_token(cfg, include_vocab=False), cfg.rank, cfg.d_value
-    else:
-        base = transformer_flops_per_token(cfg, include_vocab=False)
-        heads, head_dim = cfg.num_heads, cfg.head_dim
-    mix = cfg.num_layers * attention_mix_flops(
-        cfg.attention, seq_len=cfg.seq_len, num_heads=heads, head_dim=head_dim,
-        window=cfg.attention_window, ranks=cfg.attention_ranks,
-    )  # fmt: skip
-    return base._replace(attention_mix=mix).train
-
-
 def _train(name: str, cfg: Config, seed: int, workdir: pathlib.Path) -> dict:
     model_cfg = cfg.model(name)
     cls = RMT if name.startswith("rmt_") else Transformer
@@ -177,7 +160,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, name in enumerate(cfg.models):
             runs = [_train(name, cfg, s, workdir / f"{name}_seed{s}") for s in cfg.seeds]
-            fpt = flops_per_token(cfg.model(name))
+            fpt = cfg.model(name).flops_per_token(include_vocab=False, causal=True).train
             stat = mean_sd([r["final_eval_loss"] for r in runs])
             results[name] = {"train_flops_per_token": fpt, "final_eval_loss": stat, "runs": runs}
             writer.write(i, {"final_eval_loss": stat["mean"], "final_eval_loss_sd": stat["sd"],

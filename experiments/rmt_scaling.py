@@ -46,7 +46,6 @@ from flax import nnx
 
 from jaxlab.core.config import TrainConfig, check, check_choices, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter, read_metrics
@@ -54,21 +53,16 @@ from jaxlab.core.plots import plot_pairs, plot_scaling
 from jaxlab.core.scaling import fit_power_law, mean_sd
 from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.methods.rmt.mup import mup_lr_groups
-from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embedding_params
+from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair
 from jaxlab.nn.init import InitName
-from jaxlab.nn.layers import count_params
+from jaxlab.nn.layers import count_params, non_embedding_params
 from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
 PAPER_PAIRS = (("49m", "46m"), ("160m", "134m"), ("260m", "206m"), ("405m", "305m"))
-ARCHS = {
-    "transformer": (Transformer, transformer_flops_per_token),
-    "rmt": (RMT, rmt_flops_per_token),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,9 +206,13 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_scaling", PRESETS, preset)
 
 
+def _model_class(model_cfg: TransformerConfig | RMTConfig) -> type:
+    return RMT if isinstance(model_cfg, RMTConfig) else Transformer
+
+
 def _task(model_cfg, cfg: Config) -> LMTask:
     """The language-modelling task of one model (both architectures alike)."""
-    cls = RMT if isinstance(model_cfg, RMTConfig) else Transformer
+    cls = _model_class(model_cfg)
     return LMTask(
         build=lambda rngs: cls(model_cfg, rngs=rngs),
         seq_len=model_cfg.seq_len,
@@ -248,7 +246,7 @@ def _train(arch: str, model_cfg, cfg: Config, seed: int, workdir: pathlib.Path) 
 
 def _describe(arch: str, model_cfg, cfg: Config) -> dict:
     """Sizes and FLOPs per token of one model: analytic, and measured on its compiled step."""
-    cls, flops = ARCHS[arch]
+    cls = _model_class(model_cfg)
     model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))
     compiled = compile_lm_train_step(
         cls,
@@ -261,8 +259,8 @@ def _describe(arch: str, model_cfg, cfg: Config) -> dict:
     return {
         "params": count_params(model),
         "non_embedding_params": non_embedding_params(model),
-        "train_flops_per_token": flops(model_cfg).train,
-        "train_flops_per_token_no_vocab": flops(model_cfg, include_vocab=False).train,
+        "train_flops_per_token": model_cfg.flops_per_token().train,
+        "train_flops_per_token_no_vocab": model_cfg.flops_per_token(include_vocab=False).train,
         "measured_train_flops_per_token": compiled["flops_per_device"]
         / (cfg.train.batch_size * model_cfg.seq_len),
     }

@@ -16,9 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax
-from flax import nnx
-
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.transformer import TransformerConfig
 
@@ -26,12 +23,8 @@ __all__ = [
     "MATCHED_RECIPE",
     "fraction_to_reach",
     "matched_pair",
-    "non_embedding_params",
     "tokens_to_reach",
 ]
-
-_EMBEDDING_NAMES = ("embed", "unembed")  # token and position tables, unembedding
-
 
 # The recipe of a matched pair unless told otherwise: the RMT authors' choices where their code
 # makes one for both models (RMSNorm, ALiBi with geometric slopes, logits / (layer + 1)), and the
@@ -65,16 +58,6 @@ def matched_pair(
     transformer = TransformerConfig(d_model=width, num_heads=heads, d_ff=4 * width, **common)
     rmt = RMTConfig(rank=heads, d_key=d_key, d_value=head_dim, d_ff=4 * width, **common)
     return transformer, rmt
-
-
-def non_embedding_params(model: nnx.Module) -> int:
-    """Parameters outside the token/position embeddings and the unembedding (Kaplan et al. 2020)."""
-    total = 0
-    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
-        names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
-        if not names & set(_EMBEDDING_NAMES):
-            total += leaf.size
-    return total
 
 
 def tokens_to_reach(
