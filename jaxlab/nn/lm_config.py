@@ -69,7 +69,7 @@ class LMConfig:
         the head dim) and normalisation (``none``, ``levels``, ``block_levels``).
 
     A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
-    maps in :meth:`linear_shapes`, the FLOPs of its matrices in :meth:`layer_flops` (and of its
+    maps in :meth:`linear_shapes`, the FLOPs of its matrices in :meth:`matrix_flops` (and of its
     token mixing in :meth:`mixing_flops` when that is not attention), and its preset table
     :attr:`PAPER`.
     """
@@ -178,12 +178,12 @@ class LMConfig:
             :func:`jaxlab.nn.attention_kinds.attention_mix_flops`.
         """
         T = seq_len or self.seq_len
-        proj, mlp, vocab = self.layer_flops()
+        proj, mlp, vocab = self.matrix_flops()
         L = self.num_layers
         mix = self.mixing_flops(T, causal=causal)
         return FlopCount(L * proj, L * mix, L * mlp, vocab if include_vocab else 0.0)
 
-    def layer_flops(self) -> tuple[float, float, float]:
+    def matrix_flops(self) -> tuple[float, float, float]:
         """Forward FLOPs per token of one layer's attention-side matrices (projections, or what
         replaces them), one layer's MLP, and the vocabulary terms (override)."""
         raise NotImplementedError(f"{type(self).__name__} does not count its FLOPs")

@@ -89,7 +89,7 @@ class TransformerConfig(LMConfig):
         d, q, kv = self.d_model, self.num_heads * self.head_dim, self.kv_heads * self.head_dim
         return ((d, q), (d, kv), (q, d), (d, self.ff_dim), (self.ff_dim, d))
 
-    def layer_flops(self) -> tuple[float, float, float]:
+    def matrix_flops(self) -> tuple[float, float, float]:
         """Per token (Kaplan et al. 2020, Table 1): Q, K, V in and the output projection
         (``2 d (q + 2 kv) + 2 q d`` for query width q and key/value width kv), the MLP's two maps,
         and the unembedding; embedding lookups are free."""

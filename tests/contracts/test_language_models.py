@@ -44,7 +44,7 @@ MODELS = {  # name: (model class, tiny config)
 POSITIONS = ("learned", "alibi")
 # Relative tolerance of flops_per_token() against the lowered forward's matrix products (exact
 # unless listed): the xLSTM's count takes the chunkwise form's gates and state read/write per token
-# (xLSTMConfig.layer_flops / mixing_flops), which the program computes in fewer products.
+# (xLSTMConfig.matrix_flops / mixing_flops), which the program computes in fewer products.
 FLOP_REL = {"xlstm": 0.02}
 TRAIN = TrainConfig(
     steps=2,

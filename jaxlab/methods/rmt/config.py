@@ -92,7 +92,7 @@ class RMTConfig(LMConfig):
     def linear_shapes(self) -> tuple[tuple[int, int], ...]:
         return ((self.width, self.d_ff), (self.d_ff, self.width))
 
-    def layer_flops(self) -> tuple[float, float, float]:
+    def matrix_flops(self) -> tuple[float, float, float]:
         """Per token (paper Table 7's accounting; the mixing is the attention kind's over R heads of
         size Dv, ``4 T R Dv`` for MHA):
 

@@ -134,7 +134,7 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     # E the width, qk and v the total q/k and v widths, NH heads of sizes Dk, Dv and the chunk
     # length L of the chunkwise form. Every block is counted as an mLSTM block.
 
-    def layer_flops(self) -> tuple[float, float, float]:
+    def matrix_flops(self) -> tuple[float, float, float]:
         """Projections ``2 E (2 qk + 2 v)`` for q, k, v and the output gate, ``2 v E`` for the
         out projection and ``4 E NH`` for the two scalar gates; SwiGLU's three maps ``6 E d_ff``;
         the unembedding ``2 E V``."""
