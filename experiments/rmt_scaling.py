@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import numpy as np
 from flax import nnx
 
 from jaxlab.core.config import TrainConfig, check, check_choices, to_dict
@@ -50,11 +49,11 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter, read_metrics
 from jaxlab.core.plots import plot_pairs, plot_scaling
-from jaxlab.core.scaling import fit_power_law, mean_sd
+from jaxlab.core.scaling import format_mean_sd, mean_curve, mean_sd
 from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.mup import mup_lr_groups
-from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair
+from jaxlab.methods.rmt.scaling import matched_pair, pair_reach, scaling_fits
 from jaxlab.nn.init import InitName
 from jaxlab.nn.layers import count_params, non_embedding_params
 from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
@@ -266,28 +265,6 @@ def _describe(arch: str, model_cfg, cfg: Config) -> dict:
     }
 
 
-def _reach(tf_runs: list[dict], rmt_runs: list[dict], tf: dict, rmt: dict) -> dict:
-    """Per seed (the pair shares it): tokens and FLOPs fractions to the transformer's final loss."""
-    per_seed = []
-    measured_ratio = rmt["measured_train_flops_per_token"] / tf["measured_train_flops_per_token"]
-    for t, r in zip(tf_runs, rmt_runs, strict=True):
-        reach = fraction_to_reach(
-            (r["tokens"], r["eval_loss"]),
-            (t["tokens"], t["eval_loss"]),
-            rmt["train_flops_per_token_no_vocab"],
-            tf["train_flops_per_token_no_vocab"],
-        )
-        frac = reach["tokens_fraction"]
-        reach["measured_flops_fraction"] = None if frac is None else frac * measured_ratio
-        per_seed.append({"seed": t["seed"], **reach})
-    reached = [s for s in per_seed if s["tokens_fraction"] is not None]
-    summary = {
-        k: mean_sd([s[k] for s in reached])
-        for k in ("tokens_fraction", "flops_fraction", "measured_flops_fraction")
-    }
-    return {"per_seed": per_seed, "reached": len(reached), "seeds": len(per_seed), **summary}
-
-
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     sizes = []
     with MetricWriter(workdir, tensorboard=False) as writer:
@@ -313,7 +290,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     "final_eval_loss": mean_sd(losses),
                     "runs": runs[arch],
                 }
-            entry["reach"] = _reach(
+            entry["reach"] = pair_reach(
                 runs["transformer"], runs["rmt"], entry["transformer"], entry["rmt"]
             )
             if cfg.time_rounds:
@@ -372,40 +349,23 @@ def _row(entry: dict) -> dict:
     return row
 
 
-def _mean_curve(runs: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    tokens = np.asarray(runs[0]["tokens"], np.float64)
-    losses = np.asarray([r["eval_loss"] for r in runs], np.float64)
-    sd = losses.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(losses.shape[1])
-    return tokens, losses.mean(axis=0), sd
-
-
-def _fmt(stat: dict, paper: float | None = None) -> str:
-    if stat["mean"] is None:
-        text = "not reached"
-    else:
-        text = f"{stat['mean']:.3f} ± {stat['sd']:.3f} (n={stat['n']})"
-    return text + (f" (paper {paper})" if paper is not None else "")
-
-
 def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
     out: dict = {"fits": {}}
     points_c, points_p, curves, fits = {}, {}, {}, {}
     for arch in ("transformer", "rmt"):
         entries = [s[arch] for s in sizes]
-        compute = np.array(
-            [e["train_flops_per_token"] * e["runs"][0]["tokens"][-1] for e in entries]
-        )
-        params = np.array([e["non_embedding_params"] for e in entries])
-        loss = np.array([e["final_eval_loss"]["mean"] for e in entries])
-        fit = fit_power_law(compute, loss, with_offset=len(entries) >= 4)
-        fits[arch] = fit
+        arch_fit = scaling_fits(entries)
+        fits[arch] = arch_fit.vs_flops
         out["fits"][arch] = {
-            "vs_flops": fit._asdict(),
-            "vs_params": fit_power_law(params, loss, with_offset=False)._asdict(),
+            "vs_flops": arch_fit.vs_flops._asdict(),
+            "vs_params": arch_fit.vs_params._asdict(),
         }
-        points_c[arch], points_p[arch] = (compute, loss), (params, loss)
+        points_c[arch] = (arch_fit.compute, arch_fit.loss)
+        points_p[arch] = (arch_fit.params, arch_fit.loss)
         for e, s in zip(entries, sizes, strict=True):
-            tokens, mean, sd = _mean_curve(e["runs"])
+            tokens, mean, sd = mean_curve(
+                e["runs"][0]["tokens"], [r["eval_loss"] for r in e["runs"]]
+            )
             curves[f"D={s['width']}", arch] = (tokens * e["train_flops_per_token"], mean, sd)
     plot_pairs(
         curves,
@@ -432,19 +392,18 @@ def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
     headline: dict = {"seeds": len(cfg.seeds), "init": cfg.init}
     for s in sizes:
         reach, tag = s["reach"], f"D={s['width']}"
-        headline[f"{tag} final loss transformer / rmt"] = (
-            f"{_fmt(s['transformer']['final_eval_loss'])} / {_fmt(s['rmt']['final_eval_loss'])}"
-        )
+        losses = [format_mean_sd(s[arch]["final_eval_loss"]) for arch in ("transformer", "rmt")]
+        headline[f"{tag} final loss transformer / rmt"] = " / ".join(losses)
         headline[f"{tag} seeds where the rmt reaches the transformer's loss"] = (
             f"{reach['reached']}/{reach['seeds']}"
         )
-        headline[f"{tag} tokens fraction"] = _fmt(
+        headline[f"{tag} tokens fraction"] = format_mean_sd(
             reach["tokens_fraction"], PAPER["tokens_fraction"]
         )
-        headline[f"{tag} FLOPs fraction, analytic"] = _fmt(
+        headline[f"{tag} FLOPs fraction, analytic"] = format_mean_sd(
             reach["flops_fraction"], PAPER["flops_fraction"]
         )
-        headline[f"{tag} FLOPs fraction, XLA-measured step"] = _fmt(
+        headline[f"{tag} FLOPs fraction, XLA-measured step"] = format_mean_sd(
             reach["measured_flops_fraction"]
         )
         if "step_time_ratio" in s:

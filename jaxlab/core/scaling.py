@@ -22,7 +22,15 @@ import scipy.optimize
 from jaxtyping import Float
 from numpy.typing import ArrayLike
 
-__all__ = ["PowerLawFit", "fit_loglog_slope", "fit_power_law", "mean_sd", "predict"]
+__all__ = [
+    "PowerLawFit",
+    "fit_loglog_slope",
+    "fit_power_law",
+    "format_mean_sd",
+    "mean_curve",
+    "mean_sd",
+    "predict",
+]
 
 
 class PowerLawFit(NamedTuple):
@@ -52,6 +60,36 @@ def mean_sd(values: ArrayLike) -> dict[str, float | int | None]:
         return {"mean": None, "sd": None, "n": 0}
     sd = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     return {"mean": float(arr.mean()), "sd": sd, "n": int(arr.size)}
+
+
+def format_mean_sd(stat: dict, paper: float | None = None) -> str:
+    """``"mean ± sd (n=N)"`` of a :func:`mean_sd` result (``"not reached"`` without a value),
+    followed by ``" (paper X)"`` when ``paper`` is given."""
+    if stat["mean"] is None:
+        text = "not reached"
+    else:
+        text = f"{stat['mean']:.3f} ± {stat['sd']:.3f} (n={stat['n']})"
+    return text + (f" (paper {paper})" if paper is not None else "")
+
+
+def mean_curve(
+    xs: ArrayLike, ys: ArrayLike
+) -> tuple[Float[np.ndarray, " N"], Float[np.ndarray, " N"], Float[np.ndarray, " N"]]:
+    """Pointwise mean and sample sd (ddof = 1; 0 for one curve) of curves on one shared x grid.
+
+    Args:
+      xs: the grid (e.g. the tokens seen at each evaluation), the same for every curve.
+      ys: ``(curves, N)`` values, e.g. one validation-loss curve per seed.
+
+    Returns:
+      ``(x, mean, sd)`` as float64 arrays.
+    """
+    x = np.asarray(xs, np.float64)
+    y = np.asarray(ys, np.float64)
+    if y.ndim != 2 or y.shape[1] != x.shape[0]:
+        raise ValueError(f"need (curves, {x.shape[0]}) values on the grid, got shape {y.shape}")
+    sd = y.std(axis=0, ddof=1) if len(y) > 1 else np.zeros(y.shape[1])
+    return x, y.mean(axis=0), sd
 
 
 def predict(fit: PowerLawFit, x: ArrayLike) -> Float[np.ndarray, "..."]:

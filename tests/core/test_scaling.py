@@ -76,3 +76,23 @@ def test_mean_sd_is_the_sample_spread():
     assert mean_sd([1.0, 2.0, 3.0]) == {"mean": 2.0, "sd": 1.0, "n": 3}  # ddof = 0 would be 0.816
     assert mean_sd([5.0]) == {"mean": 5.0, "sd": 0.0, "n": 1}
     assert mean_sd([]) == {"mean": None, "sd": None, "n": 0}
+
+
+def test_mean_curve_is_the_pointwise_sample_spread():
+    from jaxlab.core.scaling import mean_curve
+
+    x, mean, sd = mean_curve([10, 20, 30], [[3.0, 2.0, 1.0], [5.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(x, [10.0, 20.0, 30.0])
+    np.testing.assert_allclose(mean, [4.0, 2.0, 2.0])
+    np.testing.assert_allclose(sd, [np.sqrt(2.0), 0.0, np.sqrt(2.0)])  # ddof = 1
+    _, _, one = mean_curve([1, 2], [[1.0, 0.5]])
+    np.testing.assert_array_equal(one, [0.0, 0.0])
+    with pytest.raises(ValueError, match="grid"):
+        mean_curve([1, 2, 3], [[1.0, 0.5]])
+
+
+def test_format_mean_sd():
+    from jaxlab.core.scaling import format_mean_sd, mean_sd
+
+    assert format_mean_sd(mean_sd([0.5, 0.7]), 0.59) == "0.600 ± 0.141 (n=2) (paper 0.59)"
+    assert format_mean_sd(mean_sd([])) == "not reached"
