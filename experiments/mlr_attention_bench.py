@@ -24,7 +24,7 @@ reference (which computes all ``T^2`` logits and masks half of them) and the chu
 and with ``--set pallas=true`` (``scripts/gpu_bench.sh`` on a GPU) the Pallas MLR kernel against
 Pallas flash attention, each at its default tiles (the MLR kernel's shrink to the finest block).
 The analytic ratio counts the causal pairs each one scores
-(:func:`jaxlab.methods.structured_attention.flops.attention_mix_flops`). Times measured while
+(:func:`jaxlab.nn.attention_kinds.attention_mix_flops`, causal). Times measured while
 other jobs share the CPU are noisy; the ratios are what the run reports.
 """
 
@@ -41,8 +41,8 @@ from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.timing import time_interleaved
-from jaxlab.methods.structured_attention.flops import attention_mix_flops
 from jaxlab.nn.attention import dot_product_attention
+from jaxlab.nn.attention_kinds import attention_mix_flops
 from jaxlab.nn.mlr_attention import (
     REGION_TILE,
     blockwise_full_attention,
@@ -158,7 +158,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             spread[f"{label}_{pass_}_round_ratio_quartiles"] = [
                 float(x) for x in np.percentile(rounds, [25, 50, 75])
             ]
-    mix = dict(seq_len=cfg.seq_len, num_heads=cfg.heads, head_dim=D)
+    mix = dict(seq_len=cfg.seq_len, num_heads=cfg.heads, head_dim=D, causal=True)
     analytic = attention_mix_flops("mlr", ranks=cfg.ranks, **mix) / attention_mix_flops(
         "mha", **mix
     )

@@ -15,7 +15,7 @@ a scaled-down version of the paper's 8-level 32|8|6|4|4|4|4|2 at head dim 64 (de
 Two more rows put MLR into the RMT (:mod:`jaxlab.methods.rmt`, its own recipe) beside the RMT with
 MHA: a combination not published. Compute is the non-embedding training FLOPs per token (3x the
 forward: projections, MLP, and the token mixing counted over the pairs each kind really scores,
-:func:`jaxlab.methods.structured_attention.flops.attention_mix_flops`) times the tokens seen.
+``LMConfig.flops_per_token(include_vocab=False, causal=True)``) times the tokens seen.
 """
 
 from __future__ import annotations
@@ -25,15 +25,12 @@ import pathlib
 
 from jaxlab.core.config import TrainConfig, check, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
-from jaxlab.methods.structured_attention.flops import attention_mix_flops
 from jaxlab.nn.lm_task import LMTask
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -140,20 +137,6 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("mlr_lm", PRESETS, preset)
 
 
-def flops_per_token(cfg) -> float:
-    """Non-embedding training FLOPs per token (3x forward), token mixing counted per kind."""
-    if isinstance(cfg, RMTConfig):
-        base, heads, head_dim = rmt_flops_per_token(cfg, include_vocab=False), cfg.rank, cfg.d_value
-    else:
-        base = transformer_flops_per_token(cfg, include_vocab=False)
-        heads, head_dim = cfg.num_heads, cfg.head_dim
-    mix = cfg.num_layers * attention_mix_flops(
-        cfg.attention, seq_len=cfg.seq_len, num_heads=heads, head_dim=head_dim,
-        window=cfg.attention_window, ranks=cfg.attention_ranks,
-    )  # fmt: skip
-    return base._replace(attention_mix=mix).train
-
-
 def _run(cfg: Config, name: str, seed: int) -> Run:
     """One attention kind with one seed: its config and its training (see core.sweep)."""
     model_cfg = cfg.model(name)
@@ -175,7 +158,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     results = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, (name, runs) in enumerate(swept.items()):
-            fpt = flops_per_token(cfg.model(name))
+            fpt = cfg.model(name).flops_per_token(include_vocab=False, causal=True).train
             stat = mean_sd([r["final_eval_loss"] for r in runs])
             results[name] = {"train_flops_per_token": fpt, "final_eval_loss": stat, "runs": runs}
             writer.write(i, {"final_eval_loss": stat["mean"], "final_eval_loss_sd": stat["sd"],

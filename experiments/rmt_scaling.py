@@ -41,35 +41,28 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import numpy as np
 from flax import nnx
 
 from jaxlab.core.config import TrainConfig, check, check_choices, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import pairs_figure, save_figure, scaling_figure
-from jaxlab.core.scaling import fit_power_law, mean_sd
-from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
+from jaxlab.core.scaling import format_mean_sd, mean_sd
+from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
+from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.benchmark import step_seconds
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.methods.rmt.mup import mup_lr_groups
-from jaxlab.methods.rmt.scaling import fraction_to_reach, matched_pair, non_embedding_params
+from jaxlab.methods.rmt.scaling import matched_pair, pair_reach, scaling_fits
 from jaxlab.nn.init import InitName
-from jaxlab.nn.layers import count_params
+from jaxlab.nn.layers import count_params, non_embedding_params
 from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
 PAPER_PAIRS = (("49m", "46m"), ("160m", "134m"), ("260m", "206m"), ("405m", "305m"))
-ARCHS = {
-    "transformer": (Transformer, transformer_flops_per_token),
-    "rmt": (RMT, rmt_flops_per_token),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,21 +203,30 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_scaling", PRESETS, preset)
 
 
-def _run(arch: str, model_cfg, cfg: Config, seed: int) -> Run:
+def _model_class(model_cfg: TransformerConfig | RMTConfig) -> type:
+    return RMT if isinstance(model_cfg, RMTConfig) else Transformer
+
+
+def _task(model_cfg, cfg: Config) -> LMTask:
+    """The language-modelling task of one model (both architectures alike)."""
+    cls = _model_class(model_cfg)
+    return LMTask(
+        build=lambda rngs: cls(model_cfg, rngs=rngs),
+        seq_len=model_cfg.seq_len,
+        source=cfg.data,
+        z_loss=cfg.z_loss,
+        tokenizer=cfg.tokenizer or None,
+    )
+
+
+def _run(model_cfg, cfg: Config, seed: int) -> Run:
     """One model with one seed: its config and its training (see core.sweep)."""
     train = dataclasses.replace(cfg.train, seed=seed)
     record = {"model": to_dict(model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss}
     full = {**record, "data": cfg.data, "tokenizer": cfg.tokenizer, "mesh": to_dict(cfg.mesh)}
 
     def fit(workdir: pathlib.Path) -> dict:
-        cls, _ = ARCHS[arch]
-        task = LMTask(
-            build=lambda rngs: cls(model_cfg, rngs=rngs),
-            seq_len=model_cfg.seq_len,
-            source=cfg.data,
-            z_loss=cfg.z_loss,
-            tokenizer=cfg.tokenizer or None,
-        )
+        task = _task(model_cfg, cfg)
         run_training(
             task,
             train,
@@ -248,7 +250,7 @@ def _run(arch: str, model_cfg, cfg: Config, seed: int) -> Run:
 
 def _describe(arch: str, model_cfg, cfg: Config) -> dict:
     """Sizes and FLOPs per token of one model: analytic, and measured on its compiled step."""
-    cls, flops = ARCHS[arch]
+    cls = _model_class(model_cfg)
     model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))
     compiled = compile_lm_train_step(
         cls,
@@ -261,33 +263,11 @@ def _describe(arch: str, model_cfg, cfg: Config) -> dict:
     return {
         "params": count_params(model),
         "non_embedding_params": non_embedding_params(model),
-        "train_flops_per_token": flops(model_cfg).train,
-        "train_flops_per_token_no_vocab": flops(model_cfg, include_vocab=False).train,
+        "train_flops_per_token": model_cfg.flops_per_token().train,
+        "train_flops_per_token_no_vocab": model_cfg.flops_per_token(include_vocab=False).train,
         "measured_train_flops_per_token": compiled["flops_per_device"]
         / (cfg.train.batch_size * model_cfg.seq_len),
     }
-
-
-def _reach(tf_runs: list[dict], rmt_runs: list[dict], tf: dict, rmt: dict) -> dict:
-    """Per seed (the pair shares it): tokens and FLOPs fractions to the transformer's final loss."""
-    per_seed = []
-    measured_ratio = rmt["measured_train_flops_per_token"] / tf["measured_train_flops_per_token"]
-    for t, r in zip(tf_runs, rmt_runs, strict=True):
-        reach = fraction_to_reach(
-            (r["tokens"], r["eval_loss"]),
-            (t["tokens"], t["eval_loss"]),
-            rmt["train_flops_per_token_no_vocab"],
-            tf["train_flops_per_token_no_vocab"],
-        )
-        frac = reach["tokens_fraction"]
-        reach["measured_flops_fraction"] = None if frac is None else frac * measured_ratio
-        per_seed.append({"seed": t["seed"], **reach})
-    reached = [s for s in per_seed if s["tokens_fraction"] is not None]
-    summary = {
-        k: mean_sd([s[k] for s in reached])
-        for k in ("tokens_fraction", "flops_fraction", "measured_flops_fraction")
-    }
-    return {"per_seed": per_seed, "reached": len(reached), "seeds": len(per_seed), **summary}
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
@@ -307,7 +287,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 f"{arch}_D{width}": (arch, c) for arch, c in (("transformer", tcfg), ("rmt", rcfg))
             }
             swept = sweep(
-                workdir, list(arms), cfg.seeds, lambda a, s, arms=arms: _run(*arms[a], cfg, s)
+                workdir, list(arms), cfg.seeds, lambda a, s, arms=arms: _run(arms[a][1], cfg, s)
             )
             runs = {arch: swept[arm] for arm, (arch, _) in arms.items()}
             for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
@@ -317,7 +297,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     "final_eval_loss": mean_sd(losses),
                     "runs": runs[arch],
                 }
-            entry["reach"] = _reach(
+            entry["reach"] = pair_reach(
                 runs["transformer"], runs["rmt"], entry["transformer"], entry["rmt"]
             )
             if cfg.time_rounds:
@@ -328,21 +308,30 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
 
 
 def _time_steps(tcfg: TransformerConfig, rcfg: RMTConfig, cfg: Config) -> dict:
-    """Step times side by side; the RMT's grows with its residual Dk x Dv, so it is timed at the
-    configured Dk and at Dk = Dv (the paper's 305M shape)."""
-    task = LMTask(
-        build=lambda r: Transformer(tcfg, rngs=r),
-        seq_len=tcfg.seq_len,
-        source=cfg.data,
-        tokenizer=cfg.tokenizer or None,
-    )
-    batch = task.eval_batches(cfg.train.batch_size, 1)[0]
+    """Step times side by side, of the train steps :func:`_run` trains (same task, optimizer,
+    clipping, schedule, z-loss and mesh); the RMT's grows with its residual Dk x Dv, so it is
+    timed at the configured Dk and at Dk = Dv (the paper's 305M shape)."""
     d_keys = sorted({rcfg.d_key, rcfg.d_value})
-    builders = {"transformer": lambda r: Transformer(tcfg, rngs=r)}
-    for dk in d_keys:
-        c = dataclasses.replace(rcfg, d_key=dk)
-        builders[f"rmt_dk{dk}"] = lambda r, c=c: RMT(c, rngs=r)
-    secs = step_seconds(builders, batch, rounds=cfg.time_rounds, z_loss=cfg.z_loss)
+    models = {"transformer": tcfg} | {
+        f"rmt_dk{dk}": dataclasses.replace(rcfg, d_key=dk) for dk in d_keys
+    }
+    tasks = {name: _task(model_cfg, cfg) for name, model_cfg in models.items()}
+    lr_groups = {
+        name: mup_lr_groups(model_cfg)
+        for name, model_cfg in models.items()
+        if getattr(model_cfg, "mup", False)
+    }
+    batch = tasks["transformer"].eval_batches(cfg.train.batch_size, 1)[0]
+    timings = step_seconds(
+        tasks,
+        batch,
+        cfg.train,
+        mesh_cfg=cfg.mesh,
+        lr_groups=lr_groups,
+        repeats=cfg.time_rounds,
+        calls=4,
+    )
+    secs = {name: t.step.median for name, t in timings.items()}
     by_dk = {dk: secs[f"rmt_dk{dk}"] / secs["transformer"] for dk in d_keys}
     return {
         "seconds_per_step": secs,
@@ -367,40 +356,23 @@ def _row(entry: dict) -> dict:
     return row
 
 
-def _mean_curve(runs: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    tokens = np.asarray(runs[0]["tokens"], np.float64)
-    losses = np.asarray([r["eval_loss"] for r in runs], np.float64)
-    sd = losses.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(losses.shape[1])
-    return tokens, losses.mean(axis=0), sd
-
-
-def _fmt(stat: dict, paper: float | None = None) -> str:
-    if stat["mean"] is None:
-        text = "not reached"
-    else:
-        text = f"{stat['mean']:.3f} ± {stat['sd']:.3f} (n={stat['n']})"
-    return text + (f" (paper {paper})" if paper is not None else "")
-
-
 def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
     out: dict = {"fits": {}}
     points_c, points_p, curves, fits = {}, {}, {}, {}
     for arch in ("transformer", "rmt"):
         entries = [s[arch] for s in sizes]
-        compute = np.array(
-            [e["train_flops_per_token"] * e["runs"][0]["tokens"][-1] for e in entries]
-        )
-        params = np.array([e["non_embedding_params"] for e in entries])
-        loss = np.array([e["final_eval_loss"]["mean"] for e in entries])
-        fit = fit_power_law(compute, loss, with_offset=len(entries) >= 4)
-        fits[arch] = fit
+        arch_fit = scaling_fits(entries)
+        fits[arch] = arch_fit.vs_flops
         out["fits"][arch] = {
-            "vs_flops": fit._asdict(),
-            "vs_params": fit_power_law(params, loss, with_offset=False)._asdict(),
+            "vs_flops": arch_fit.vs_flops._asdict(),
+            "vs_params": arch_fit.vs_params._asdict(),
         }
-        points_c[arch], points_p[arch] = (compute, loss), (params, loss)
+        points_c[arch] = (arch_fit.compute, arch_fit.loss)
+        points_p[arch] = (arch_fit.params, arch_fit.loss)
         for e, s in zip(entries, sizes, strict=True):
-            tokens, mean, sd = _mean_curve(e["runs"])
+            tokens, mean, sd = mean_curve(
+                [r["tokens"] for r in e["runs"]], [r["eval_loss"] for r in e["runs"]]
+            )
             curves[f"D={s['width']}", arch] = (tokens * e["train_flops_per_token"], mean, sd)
     fig = pairs_figure(
         curves,
@@ -427,19 +399,18 @@ def _analyse(sizes: list[dict], cfg: Config, workdir: pathlib.Path) -> dict:
     headline: dict = {"seeds": len(cfg.seeds), "init": cfg.init}
     for s in sizes:
         reach, tag = s["reach"], f"D={s['width']}"
-        headline[f"{tag} final loss transformer / rmt"] = (
-            f"{_fmt(s['transformer']['final_eval_loss'])} / {_fmt(s['rmt']['final_eval_loss'])}"
-        )
+        losses = [format_mean_sd(s[arch]["final_eval_loss"]) for arch in ("transformer", "rmt")]
+        headline[f"{tag} final loss transformer / rmt"] = " / ".join(losses)
         headline[f"{tag} seeds where the rmt reaches the transformer's loss"] = (
             f"{reach['reached']}/{reach['seeds']}"
         )
-        headline[f"{tag} tokens fraction"] = _fmt(
+        headline[f"{tag} tokens fraction"] = format_mean_sd(
             reach["tokens_fraction"], PAPER["tokens_fraction"]
         )
-        headline[f"{tag} FLOPs fraction, analytic"] = _fmt(
+        headline[f"{tag} FLOPs fraction, analytic"] = format_mean_sd(
             reach["flops_fraction"], PAPER["flops_fraction"]
         )
-        headline[f"{tag} FLOPs fraction, XLA-measured step"] = _fmt(
+        headline[f"{tag} FLOPs fraction, XLA-measured step"] = format_mean_sd(
             reach["measured_flops_fraction"]
         )
         if "step_time_ratio" in s:

@@ -34,10 +34,10 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
+from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
-from jaxlab.methods.sst.benchmark import step_seconds
 from jaxlab.nn.lm_task import LMTask
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -234,9 +234,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     if cfg.time_rounds:
         tasks = {f"transformer/{m}": _tasks(cfg, "transformer", m, 0) for m in cfg.methods}
         batch = next(iter(tasks.values())).eval_batches(cfg.train.batch_size, 1)[0]
-        secs = step_seconds(tasks, batch, cfg.train, rounds=cfg.time_rounds)
+        secs = step_seconds(
+            tasks, batch, cfg.train, mesh_cfg=cfg.mesh, repeats=cfg.time_rounds, calls=3
+        )
         for name, t in secs.items():
-            results[name]["seconds_per_step"] = t
+            results[name]["seconds_per_step"] = {
+                "train_step": t.step.median,
+                "hooks_per_step": t.hooks_per_step,
+            }
     _plots(results, workdir)
     return {"methods": results, "headline": _headline(results), "paper": PAPER}
 

@@ -22,7 +22,6 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.methods.xlstm.flops import xlstm_flops_per_token
 from jaxlab.nn.lm_task import compile_lm_train_step
 
 
@@ -77,7 +76,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     # one block; the analytic count (3x forward, no recomputation) is the whole step.
     tokens_per_device = cfg.batch_size * cfg.seq_len / cfg.devices
     res["analytic_train_flops_per_device"] = (
-        xlstm_flops_per_token(model_config(cfg)).train * tokens_per_device
+        model_config(cfg).flops_per_token().train * tokens_per_device
     )
     with MetricWriter(workdir, start_step=-1, tensorboard=False) as writer:  # a rerun rewrites
         writer.write(0, {"model": "xlstm_7b" if not cfg.tiny else "tiny", **res})

@@ -12,8 +12,8 @@ the whole ``train`` group, the init rule, RMSNorm, the data order of each seed. 
 MLP width is chosen so that its non-embedding parameters match the xLSTM's (the xLSTM has no
 position table; the Transformer uses ALiBi, so neither has positional parameters). Equal FLOPs:
 each validation curve is put on the analytic training-FLOP axis (tokens x 3 x forward FLOPs per
-token, :func:`jaxlab.methods.xlstm.flops.xlstm_flops_per_token` and
-:func:`jaxlab.core.flops.transformer_flops_per_token`) and both are read at the smaller of the two
+token, each config's :meth:`~jaxlab.nn.lm_config.LMConfig.flops_per_token`) and both are read at
+the smaller of the two
 final budgets. The paper (Beck et al., ICML 2025, Sec. 4) compares at 7B and 2T tokens; a few
 hundred steps on 4 MB of text only tests that the architecture learns as well as the baseline at
 matched cost, not the paper's scaling claims.
@@ -29,7 +29,6 @@ from flax import nnx
 
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
@@ -37,9 +36,8 @@ from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep, value_at
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.methods.xlstm.flops import xlstm_flops_per_token
-from jaxlab.methods.xlstm.matched import matched_transformer, non_embedding_params
-from jaxlab.nn.layers import count_params
+from jaxlab.methods.xlstm.matched import matched_transformer
+from jaxlab.nn.layers import count_params, non_embedding_params
 from jaxlab.nn.lm_task import LMTask
 from jaxlab.nn.transformer import Transformer
 
@@ -118,11 +116,6 @@ def _run(cfg: Config, name: str, seed: int) -> Run:
     return Run(record, fit)
 
 
-def _flops_per_token(name: str, model_cfg) -> float:
-    count = xlstm_flops_per_token if name == "xlstm" else transformer_flops_per_token
-    return count(model_cfg).train
-
-
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     models, results = cfg.models(), {}
     swept = sweep(workdir, list(models), cfg.seeds, lambda name, s: _run(cfg, name, s))
@@ -132,7 +125,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         results[name] = {
             "params": count_params(model),
             "non_embedding_params": non_embedding_params(model),
-            "train_flops_per_token": _flops_per_token(name, model_cfg),
+            "train_flops_per_token": model_cfg.flops_per_token().train,
             "final_eval_loss": mean_sd([r["final_eval_loss"] for r in runs]),
             "runs": runs,
             "model": to_dict(model_cfg),

@@ -58,7 +58,6 @@ print(f"unigram entropy of the validation text: {unigram_entropy_bits(val_docs):
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -68,7 +67,7 @@ model_cfg = TransformerConfig(
 model = Transformer(model_cfg, rngs=nnx.Rngs(0))
 logits = model(jnp.asarray(rows["tokens"][:2, :-1]))
 print("logits:", logits.shape, "params:", count_params(model))
-print(f"training FLOPs/token: {transformer_flops_per_token(model_cfg).train:.3g}")
+print(f"training FLOPs/token: {model_cfg.flops_per_token().train:.3g}")
 
 # %% [markdown]
 # ## Training with the shared loop

@@ -58,9 +58,7 @@ print("max retrieval error:", float(jnp.abs(retrieve(x_BTVK, keys_RK.T) - y_BTRV
 # %%
 from flax import nnx
 
-from jaxlab.core.flops import transformer_flops_per_token
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -68,8 +66,8 @@ for t_size, r_size in [("49m", "46m"), ("405m", "305m")]:
     tcfg, rcfg = TransformerConfig.paper(t_size), RMTConfig.paper(r_size)
     tp = count_params(nnx.eval_shape(lambda c=tcfg: Transformer(c, rngs=nnx.Rngs(0))))
     rp = count_params(nnx.eval_shape(lambda c=rcfg: RMT(c, rngs=nnx.Rngs(0))))
-    tf = transformer_flops_per_token(tcfg, include_vocab=False).train
-    rf = rmt_flops_per_token(rcfg, include_vocab=False).train
+    tf = tcfg.flops_per_token(include_vocab=False).train
+    rf = rcfg.flops_per_token(include_vocab=False).train
     print(
         f"{t_size} transformer {tp / 1e6:.1f}M params, {tf:.3g} FLOPs/token | "
         f"{r_size} RMT {rp / 1e6:.1f}M params, {rf:.3g} FLOPs/token"

@@ -1,12 +1,10 @@
-"""Per-token FLOP accounting for decoder-only LMs (a multiply-add counts as 2 FLOPs).
+"""FLOP accounting that knows no model: the per-token count's type, and two measured counts.
 
-Forward FLOPs per token follow Kaplan et al. 2020 ("Scaling Laws for Neural Language Models",
-Table 1): every weight matrix costs ``2 * fan_in * fan_out`` per token, and attention adds
-``2 * T * d_attn`` for the logits ``QK^T`` and the same again for the weighted sum of values, where
-``T`` is the context length (the full context, as in Kaplan's table, not the causal half).
-Embedding lookups are free; the unembedding is a matmul. Training costs 3x the forward pass (the
-backward pass is twice the forward). ``include_vocab=False`` drops the unembedding, which is how
-several papers quote model FLOPs (the RMT paper's Tables 3-4, for example).
+A model's config counts its own forward FLOPs per token
+(:meth:`jaxlab.nn.lm_config.LMConfig.flops_per_token`, after Kaplan et al. 2020, "Scaling Laws for
+Neural Language Models", Table 1: a multiply-add is 2 FLOPs, every weight matrix costs
+``2 * fan_in * fan_out`` per token, training is 3x the forward pass) and returns a
+:class:`FlopCount`, split by part.
 
 Two measured counts sit beside the analytic ones, so that a formula can be checked against the
 program that really runs: :func:`dot_flops` adds up the matrix products of a lowered JAX program
@@ -22,7 +20,7 @@ import math
 import re
 from typing import Any, NamedTuple
 
-__all__ = ["FlopCount", "compiled_flops", "dot_flops", "transformer_flops_per_token"]
+__all__ = ["FlopCount", "compiled_flops", "dot_flops"]
 
 
 class FlopCount(NamedTuple):
@@ -40,25 +38,6 @@ class FlopCount(NamedTuple):
     @property
     def train(self) -> float:
         return 3.0 * self.forward
-
-
-def transformer_flops_per_token(cfg, *, seq_len: int | None = None, include_vocab: bool = True):
-    """FLOPs per token of :class:`jaxlab.nn.transformer.Transformer` built from ``cfg``.
-
-    Args:
-      cfg: a ``TransformerConfig`` (duck-typed: ``d_model, num_layers, num_heads, kv_heads,
-        head_dim, ff_dim, vocab_size, seq_len``).
-      seq_len: context length for the attention terms (default ``cfg.seq_len``).
-      include_vocab: count the unembedding matmul.
-    """
-    T = seq_len or cfg.seq_len
-    d, L, hd = cfg.d_model, cfg.num_layers, cfg.head_dim
-    q_width, kv_width = cfg.num_heads * hd, cfg.kv_heads * hd
-    proj = 2 * d * (q_width + 2 * kv_width) + 2 * q_width * d  # Q, K, V in; output projection
-    mix = 2 * 2 * T * q_width  # logits and the value sum, every query head over T keys
-    mlp = 2 * 2 * d * cfg.ff_dim
-    vocab = 2 * d * cfg.vocab_size if include_vocab else 0.0
-    return FlopCount(L * proj, L * mix, L * mlp, vocab)
 
 
 _NAME = r'@("[^"]+"|[\w.$-]+)'  # symbol names, quoted when they hold other characters (<lambda>)

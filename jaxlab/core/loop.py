@@ -46,7 +46,6 @@ Plain callables on the logged rows (``hooks=``) read metrics and cannot change t
 
 from __future__ import annotations
 
-import functools
 import math
 import pathlib
 import time
@@ -67,18 +66,17 @@ from jaxlab.core.mesh import (
     global_batch,
     make_mesh,
     maybe_initialize_distributed,
-    state_shardings,
 )
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
+from jaxlab.core.optim import default_decay_mask
 from jaxlab.core.step import (
     STATE_FINITE,
+    build_train_program,
     create_state,
     make_eval_step,
-    make_hook_step,
     make_train_step,
 )
-from jaxlab.core.task import StateHook, Task, TrainState, has_task_state, units_per_example
+from jaxlab.core.task import StateHook, Task, TrainState, units_per_example
 from jaxlab.core.workdir import prepare_workdir, workdir_lock
 
 __all__ = [
@@ -218,9 +216,7 @@ def _run_training(
         )
     units, unit = units_per_example(task)
     units_per_step = cfg.batch_size * units
-    stateful = has_task_state(task)
-    state_hooks: tuple[StateHook, ...] = tuple(getattr(task, "state_hooks", tuple)())
-    for hook in state_hooks:
+    for hook in getattr(task, "state_hooks", tuple)():
         if hook.every <= 0:
             raise ConfigError(f"{hook.name}: StateHook.every must be positive, got {hook.every}")
 
@@ -228,21 +224,26 @@ def _run_training(
     init_key, step_key = jax.random.split(seed_key)
 
     def build(schedule_steps: int):
-        """Schedule, state constructor and graphdef for a schedule of ``schedule_steps``."""
-        schedule = make_schedule(cfg, schedule_steps)
-        if hasattr(task, "optimizer"):
-            tx = task.optimizer(cfg, schedule)
-        else:
-            tx = make_optimizer(cfg, decay_mask, lr_groups=lr_groups, schedule=schedule)
-        create = functools.partial(create_state, task, tx)
-        graphdef, abstract_state = jax.eval_shape(create, init_key)
-        return schedule, create, graphdef, abstract_state
+        """The optimizer, state and jitted steps for a schedule of ``schedule_steps`` (shared with
+        the step timer, :func:`jaxlab.core.timing.step_seconds`)."""
+        return build_train_program(
+            task,
+            cfg,
+            mesh,
+            rules,
+            init_key=init_key,
+            schedule_steps=schedule_steps,
+            decay_mask=decay_mask,
+            lr_groups=lr_groups,
+        )
 
-    schedule, create, graphdef, abstract_state = build(cfg.steps)
-    shardings = state_shardings(abstract_state, mesh, rules)
+    program = build(cfg.steps)
+    schedule, graphdef, shardings = program.schedule, program.graphdef, program.shardings
     num_params = sum(
         x.size
-        for x in jax.tree.leaves(nnx.state(nnx.merge(graphdef, abstract_state)[0], nnx.Param))
+        for x in jax.tree.leaves(
+            nnx.state(nnx.merge(graphdef, program.abstract_state)[0], nnx.Param)
+        )
     )
 
     # ------------------------------------------------------------------ init or resume
@@ -252,7 +253,7 @@ def _run_training(
     try:
         abstract = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-            abstract_state,
+            program.abstract_state,
             shardings,
         )
         restored = ckpt.restore(abstract, iterator)
@@ -260,7 +261,7 @@ def _run_training(
         last_eval: dict[str, float] = {}
         schedule_steps = cfg.steps
         if restored is None:
-            state = jax.jit(lambda k: create(k)[1], out_shardings=shardings)(init_key)
+            state = program.init(init_key)
             start, window = 0, {"sum": {}, "count": 0}
         else:
             state, start, window = restored.state, restored.step, restored.meta["window"]
@@ -275,7 +276,8 @@ def _run_training(
             )
             say(f"resumed from step {start} in {workdir}")
             if schedule_steps != cfg.steps:
-                schedule, _, graphdef, _ = build(schedule_steps)
+                program = build(schedule_steps)
+                schedule, graphdef = program.schedule, program.graphdef
                 after = (
                     f"steps {schedule_steps + 1}-{cfg.steps} run at its final learning rate "
                     f"{float(schedule(schedule_steps)):.3g}"
@@ -297,25 +299,8 @@ def _run_training(
             )
 
         # -------------------------------------------------------------- compiled steps
-        train_step = jax.jit(
-            make_train_step(task, graphdef, k),
-            in_shardings=(shardings, None, None),
-            out_shardings=(shardings, None),
-            donate_argnums=0,
-        )
+        train_step, hook_steps = program.train_step, program.hook_steps
         eval_step = jax.jit(make_eval_step(task, graphdef), in_shardings=(shardings, None))
-        hook_steps = [
-            (
-                hook,
-                jax.jit(
-                    make_hook_step(hook, graphdef, stateful),
-                    in_shardings=(shardings, None),
-                    out_shardings=(shardings, None),
-                    donate_argnums=0,
-                ),
-            )
-            for hook in state_hooks
-        ]
         eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
 
         def evaluate() -> dict[str, float]:

@@ -22,7 +22,14 @@ import scipy.optimize
 from jaxtyping import Float
 from numpy.typing import ArrayLike
 
-__all__ = ["PowerLawFit", "fit_loglog_slope", "fit_power_law", "mean_sd", "predict"]
+__all__ = [
+    "PowerLawFit",
+    "fit_loglog_slope",
+    "fit_power_law",
+    "format_mean_sd",
+    "mean_sd",
+    "predict",
+]
 
 
 class PowerLawFit(NamedTuple):
@@ -52,6 +59,16 @@ def mean_sd(values: ArrayLike) -> dict[str, float | int | None]:
         return {"mean": None, "sd": None, "n": 0}
     sd = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     return {"mean": float(arr.mean()), "sd": sd, "n": int(arr.size)}
+
+
+def format_mean_sd(stat: dict, paper: float | None = None) -> str:
+    """``"mean ± sd (n=N)"`` of a :func:`mean_sd` result (``"not reached"`` without a value),
+    followed by ``" (paper X)"`` when ``paper`` is given."""
+    if stat["mean"] is None:
+        text = "not reached"
+    else:
+        text = f"{stat['mean']:.3f} ± {stat['sd']:.3f} (n={stat['n']})"
+    return text + (f" (paper {paper})" if paper is not None else "")
 
 
 def predict(fit: PowerLawFit, x: ArrayLike) -> Float[np.ndarray, "..."]:

@@ -1,5 +1,10 @@
 """The pure functions the loop jits: state creation, the train step, the eval step, a hook step.
 
+:func:`build_train_program` puts them together for one task and one :class:`TrainConfig`: the
+optimizer (the task's own, or the loop's AdamW), the learning-rate schedule, the state shardings and
+the jitted, donating steps. The loop (:func:`jaxlab.core.loop.run_training`) trains with it and the
+step timer (:func:`jaxlab.core.timing.step_seconds`) times it, so what is timed is what is trained.
+
 The train state is the ``nnx.State`` of ``(model, optimizer)`` — plus a third entry holding the
 task's non-parameter state when the task has one (:func:`jaxlab.core.task.has_task_state`), so the
 checkpoints of tasks without one keep their layout.
@@ -21,20 +26,24 @@ task state): inside the scan the model is rebuilt from its arrays for every micr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jaxlab.core.mesh import constrain
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.mesh import AxisRules, constrain, state_shardings
+from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
 from jaxlab.core.task import StateHook, Task, TrainState, has_task_state
 
 __all__ = [
     "STATE_FINITE",
+    "TrainProgram",
     "all_finite",
+    "build_train_program",
     "create_state",
     "make_eval_step",
     "make_hook_step",
@@ -42,6 +51,7 @@ __all__ = [
     "merge_state",
     "split_state",
     "task_loss",
+    "task_optimizer",
 ]
 
 STATE_FINITE = "state_finite"  # metric key of the finiteness flag; the loop pops it
@@ -180,3 +190,92 @@ def make_hook_step(hook: StateHook, graphdef: Any, stateful: bool) -> Callable:
         return new_state, all_finite((nnx.state(ts.model, nnx.Param), ts.task_state))
 
     return hook_step
+
+
+LrGroups = tuple[Callable[[Any], Any], Mapping[str, float]]
+
+
+def task_optimizer(
+    task: Task,
+    cfg: TrainConfig,
+    schedule: optax.Schedule,
+    *,
+    decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    lr_groups: LrGroups | None = None,
+) -> optax.GradientTransformation:
+    """The task's own optimizer if it has one, else the loop's clipped AdamW on ``schedule``
+    (``decay_mask`` and ``lr_groups`` apply to the latter only)."""
+    if hasattr(task, "optimizer"):
+        return task.optimizer(cfg, schedule)
+    return make_optimizer(cfg, decay_mask, lr_groups=lr_groups, schedule=schedule)
+
+
+class TrainProgram(NamedTuple):
+    """Everything the loop compiles for one task (built by :func:`build_train_program`).
+
+    Attributes:
+      schedule: the learning-rate schedule.
+      graphdef, abstract_state: the split train state's graph and shapes.
+      shardings: ``NamedSharding`` s of the train state on the mesh.
+      init: jitted ``key -> state``, the state created with its shardings.
+      train_step: jitted, donating ``(state, batch, key) -> (state, metrics)``.
+      hook_steps: ``(hook, jitted donating (state, step) -> (state, finite))`` per state hook.
+    """
+
+    schedule: optax.Schedule
+    graphdef: Any
+    abstract_state: Any
+    shardings: Any
+    init: Callable[[jax.Array], Any]
+    train_step: Callable
+    hook_steps: tuple[tuple[StateHook, Callable], ...]
+
+
+def build_train_program(
+    task: Task,
+    cfg: TrainConfig,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+    *,
+    init_key: jax.Array,
+    schedule_steps: int | None = None,
+    decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    lr_groups: LrGroups | None = None,
+) -> TrainProgram:
+    """The optimizer, state and jitted steps with which ``task`` is trained under ``cfg``.
+
+    Args:
+      task: the method.
+      cfg: the loop's fields (optimizer, clipping, schedule, ``grad_accum_steps``).
+      mesh, rules: where the state lives; the steps must be traced inside ``jax.set_mesh(mesh)``
+        and ``nnx.logical_axis_rules(rules.as_tuple())``, as the loop does.
+      init_key: the key the state is created from (only its shape matters here).
+      schedule_steps: length of the learning-rate schedule (default ``cfg.steps``; a resumed run
+        keeps the length of the run that started it).
+      decay_mask, lr_groups: options of the loop's AdamW (see :func:`task_optimizer`).
+    """
+    schedule = make_schedule(cfg, cfg.steps if schedule_steps is None else schedule_steps)
+    tx = task_optimizer(task, cfg, schedule, decay_mask=decay_mask, lr_groups=lr_groups)
+    graphdef, abstract_state = jax.eval_shape(lambda k: create_state(task, tx, k), init_key)
+    shardings = state_shardings(abstract_state, mesh, rules)
+    init = jax.jit(lambda k: create_state(task, tx, k)[1], out_shardings=shardings)
+    train_step = jax.jit(
+        make_train_step(task, graphdef, cfg.grad_accum_steps),
+        in_shardings=(shardings, None, None),
+        out_shardings=(shardings, None),
+        donate_argnums=0,
+    )
+    stateful = has_task_state(task)
+    hook_steps = tuple(
+        (
+            hook,
+            jax.jit(
+                make_hook_step(hook, graphdef, stateful),
+                in_shardings=(shardings, None),
+                out_shardings=(shardings, None),
+                donate_argnums=0,
+            ),
+        )
+        for hook in getattr(task, "state_hooks", tuple)()
+    )
+    return TrainProgram(schedule, graphdef, abstract_state, shardings, init, train_step, hook_steps)

@@ -12,7 +12,12 @@ one process with this protocol, so that two numbers being compared were taken th
   in machine load hits each of them alike — use it whenever the numbers will be divided.
 
 Callables take no arguments: close over the inputs (or over a mutable holder when a step donates
-and returns its state, see :func:`jaxlab.methods.rmt.benchmark.step_seconds`).
+and returns its state, as :class:`StepRunner` does).
+
+:func:`step_seconds` times training steps with this protocol: for each task it builds the program
+the loop trains (:func:`jaxlab.core.step.build_train_program`: the task's optimizer or the loop's
+clipped AdamW, the schedule, the task state, the state shardings on the loop's mesh) and times that
+jitted step, so a step-time ratio describes the program that was trained.
 """
 
 from __future__ import annotations
@@ -23,8 +28,24 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
+from flax import nnx
 
-__all__ = ["Timing", "time_call", "time_interleaved"]
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.mesh import AxisRules, MeshConfig, global_batch, make_mesh
+from jaxlab.core.optim import default_decay_mask
+from jaxlab.core.step import LrGroups, build_train_program
+from jaxlab.core.task import Task
+
+__all__ = [
+    "StepRunner",
+    "StepTiming",
+    "Timing",
+    "step_runners",
+    "step_seconds",
+    "time_call",
+    "time_interleaved",
+]
 
 
 class Timing(NamedTuple):
@@ -75,3 +96,117 @@ def time_interleaved(
         for name, fn in fns.items():
             samples[name].append(_timed(fn, calls))
     return {name: Timing(statistics.median(s), tuple(s)) for name, s in samples.items()}
+
+
+class StepTiming(NamedTuple):
+    """One task's train step: its :class:`Timing`, and its state hooks' median seconds amortised
+    over the steps between them (``sum(hook seconds / every)``; 0 without hooks)."""
+
+    step: Timing
+    hooks_per_step: float
+
+
+class StepRunner:
+    """Calls a donating ``(state, *args) -> (state, out)`` step, keeping the state it returns.
+
+    Calling it runs one step on the current :attr:`state` and returns the step's second output.
+    """
+
+    def __init__(self, fn: Callable, state: Any, *args: Any):
+        self.fn, self.state, self.args = fn, state, args
+
+    def __call__(self) -> Any:
+        self.state, out = self.fn(self.state, *self.args)
+        return out
+
+
+def step_runners(
+    tasks: Mapping[str, Task],
+    batch: Mapping[str, np.ndarray],
+    train_cfg: TrainConfig,
+    *,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+    decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    lr_groups: Mapping[str, LrGroups] | None = None,
+) -> dict[str, tuple[StepRunner, list[tuple[int, StepRunner]]]]:
+    """Per task: a runner of its train step and ``(every, runner)`` per state hook.
+
+    Each task's state is created as the loop creates it for ``train_cfg.seed`` (same key, same
+    shardings); the train step gets ``batch`` (put on ``mesh`` as the loop puts its batches) and
+    the loop's key of step 0, so the first call is the loop's first step on that batch. Call the
+    runners inside ``jax.set_mesh(mesh)`` and ``nnx.logical_axis_rules(rules.as_tuple())``.
+    """
+    init_key, step_key = jax.random.split(jax.random.key(train_cfg.seed))
+    device_batch = global_batch(batch, mesh, rules)
+    out = {}
+    for name, task in tasks.items():
+        program = build_train_program(
+            task,
+            train_cfg,
+            mesh,
+            rules,
+            init_key=init_key,
+            decay_mask=decay_mask,
+            lr_groups=(lr_groups or {}).get(name),
+        )
+        step = StepRunner(
+            program.train_step,
+            program.init(init_key),
+            device_batch,
+            jax.random.fold_in(step_key, 0),
+        )
+        hooks = [
+            (hook.every, StepRunner(hook_step, program.init(init_key), np.int32(hook.every)))
+            for hook, hook_step in program.hook_steps
+        ]
+        out[name] = (step, hooks)
+    return out
+
+
+def step_seconds(
+    tasks: Mapping[str, Task],
+    batch: Mapping[str, np.ndarray],
+    train_cfg: TrainConfig,
+    *,
+    mesh_cfg: MeshConfig | None = None,
+    rules: AxisRules | None = None,
+    decay_mask: Callable[[Any], Any] | None = default_decay_mask,
+    lr_groups: Mapping[str, LrGroups] | None = None,
+    repeats: int = 5,
+    calls: int = 3,
+) -> dict[str, StepTiming]:
+    """Seconds per train step of each task, in the order of ``tasks``, timed side by side.
+
+    Every task's step is the one :func:`jaxlab.core.loop.run_training` trains with the same
+    arguments (``mesh_cfg``, ``rules``, ``decay_mask``, and ``lr_groups`` by task name), on the
+    same ``batch``. Train steps are timed in interleaved rounds (``repeats`` rounds of ``calls``
+    consecutive steps after one warm-up call); state hooks are timed after them the same way, one
+    call per sample.
+    """
+    mesh, rules = make_mesh(mesh_cfg), rules or AxisRules()
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
+        runners = step_runners(
+            tasks,
+            batch,
+            train_cfg,
+            mesh=mesh,
+            rules=rules,
+            decay_mask=decay_mask,
+            lr_groups=lr_groups,
+        )
+        steps = time_interleaved(
+            {name: step for name, (step, _) in runners.items()}, repeats=repeats, calls=calls
+        )
+        hook_runners = {
+            (name, i): runner
+            for name, (_, hooks) in runners.items()
+            for i, (_, runner) in enumerate(hooks)
+        }
+        hooks = time_interleaved(hook_runners, repeats=repeats, calls=1) if hook_runners else {}
+    out = {}
+    for name in tasks:
+        every_hook = enumerate(runners[name][1])
+        amortised = sum((hooks[name, i].median / every for i, (every, _) in every_hook), 0.0)
+        out[name] = StepTiming(steps[name], amortised)
+    return out

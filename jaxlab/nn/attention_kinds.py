@@ -37,17 +37,19 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.attention import dot_product_attention
-from jaxlab.nn.mlr_attention import check_mlr, mlr_attention
+from jaxlab.nn.mlr_attention import check_mlr, mlr_attention, mlr_covering_levels
 
 __all__ = [
     "AttentionKind",
     "AttentionKindName",
     "MLRNormalizeName",
     "attend",
+    "attention_mix_flops",
     "check_attention_kind",
     "global_sliding_window_attention",
     "sliding_window_attention",
@@ -198,3 +200,60 @@ def attend(
             impl=impl, **masks,
         )  # fmt: skip
     raise ConfigError(f"unknown attention kind {kind!r}; choose one of {list(AttentionKind)}")
+
+
+# ---------------------------------------------------------------------------- FLOP accounting
+
+
+def _mean_keys(T: int, window: int | None, causal: bool) -> float | int:
+    """Keys per query: the mean over the ``T`` causal queries, or ``T`` (the last query's, for
+    every query) in the full-context convention; capped at ``window + 1`` for a window."""
+    if not causal:
+        return T if window is None else min(T, window + 1)
+    keys = np.arange(1, T + 1, dtype=np.float64)
+    return float(np.minimum(keys, window + 1).mean() if window is not None else keys.mean())
+
+
+def attention_mix_flops(
+    kind: str,
+    *,
+    seq_len: int,
+    num_heads: int,
+    head_dim: int,
+    causal: bool,
+    window: int = 0,
+    ranks: Sequence[int] = (),
+) -> float:
+    """Forward FLOPs per token of one layer's token mixing (logits and value sum), all heads.
+
+    A multiply-add is 2 FLOPs. Query ``i`` scores ``P_i`` keys (``i + 1`` for causal MHA,
+    ``min(i + 1, window + 1)`` for SWA); the logits cost ``2 P_i d`` and the value sum ``2 P_i d_v``
+    for ``d`` contracted channels. For MLR (Kuang et al. 2025, Sec. 4) level ``l`` contracts its
+    ``r_l`` channels over the pairs of its blocks, so the logits cost ``2 sum_l r_l P_i^(l)`` and
+    the value sum stays full; for Global+SWA the global half scores every pair and the local half
+    the window, and the summed probability matrix multiplies the values over every pair.
+
+    ``causal=True`` averages over the ``T`` causal queries of a row: the exact count of the causal
+    work. ``causal=False`` is Kaplan et al.'s convention (2020, Table 1): every query is counted
+    with the keys of the full context, i.e. as the row's last query (``P = T`` for MHA:
+    ``4 T d`` per head), which is what a dense masked program computes for MHA.
+    """
+    T, H, D = seq_len, num_heads, head_dim
+    full = _mean_keys(T, None, causal)
+    if kind == "mha":
+        qk = 2 * full * D
+    elif kind == "swa":
+        local = _mean_keys(T, window, causal)
+        return H * 4 * local * D
+    elif kind == "gswa":
+        qk = 2 * full * D / 2 + 2 * _mean_keys(T, window, causal) * D / 2
+    elif kind == "mlr":
+        count = mlr_covering_levels(T, len(ranks))
+        if causal:  # pairs covered by level l: covering count > l, below the diagonal
+            pairs = np.tril(np.ones((T, T), bool))
+            qk = 2 * sum(r * ((count > lv) & pairs).sum() for lv, r in enumerate(ranks)) / T
+        else:  # the last query's pairs, for every query
+            qk = 2 * sum(r * int((count[-1] > lv).sum()) for lv, r in enumerate(ranks))
+    else:
+        raise ValueError(f"unknown attention kind {kind!r}")
+    return H * (qk + 2 * full * D)

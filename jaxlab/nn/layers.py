@@ -1,4 +1,5 @@
-"""Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, embeddings.
+"""Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, embeddings,
+and the parameter counts (all, and outside the embeddings).
 
 Layers take the numbers they need as arguments (never a config). Linear maps come from
 :mod:`jaxlab.nn.linear` (one constructor for dense and structured maps); ``param_init`` (logical
@@ -21,6 +22,7 @@ __all__ = [
     "MLP",
     "TokenEmbedding",
     "count_params",
+    "non_embedding_params",
     "default_matmul_impl",
     "make_norm",
     "param_init",
@@ -145,3 +147,18 @@ def unembedding(
 def count_params(model: nnx.Module) -> int:
     """Number of parameters of a model, concrete or abstract (``nnx.eval_shape``)."""
     return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+# Attribute names of the token (and position) embedding and the unembedding in jaxlab's LMs.
+EMBEDDING_NAMES = frozenset({"embed", "unembed"})
+
+
+def non_embedding_params(model: nnx.Module) -> int:
+    """Parameters outside the token/position embeddings and the unembedding (Kaplan et al. 2020):
+    every parameter whose path passes through no attribute named ``embed`` or ``unembed``."""
+    total = 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
+        names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
+        if not names & EMBEDDING_NAMES:
+            total += leaf.size
+    return total

@@ -5,7 +5,9 @@
 ``Literal``-typed and checked by :func:`jaxlab.core.config.check_choices` when a config is built,
 as are the linear-map options (against every shape the model will build through its linear
 factory, :meth:`LMConfig.linear_shapes`), so a bad ``--set model.xxx=`` fails before any tracing.
-The loss (z-loss included) is not the model's: it lives with the task
+A config also knows its model's cost: :meth:`LMConfig.flops_per_token` (as levanter's configs do),
+so no experiment keeps a FLOP table. The loss (z-loss included) is not the model's: it lives with
+the task
 (:class:`jaxlab.nn.lm_task.LMTask`) and the experiment configs.
 """
 
@@ -17,8 +19,14 @@ from typing import Any, ClassVar, Literal
 
 from jaxlab.core.config import check, check_choices
 from jaxlab.core.errors import ConfigError
+from jaxlab.core.flops import FlopCount
 from jaxlab.nn.attention import AttentionImpl
-from jaxlab.nn.attention_kinds import AttentionKindName, MLRNormalizeName, check_attention_kind
+from jaxlab.nn.attention_kinds import (
+    AttentionKindName,
+    MLRNormalizeName,
+    attention_mix_flops,
+    check_attention_kind,
+)
 from jaxlab.nn.init import InitName
 from jaxlab.nn.linear import LinearName, LinearSpec, MatmulImplName
 
@@ -61,7 +69,9 @@ class LMConfig:
         the head dim) and normalisation (``none``, ``levels``, ``block_levels``).
 
     A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
-    maps in :meth:`linear_shapes`, and its preset table :attr:`PAPER`.
+    maps in :meth:`linear_shapes`, the FLOPs of its matrices in :meth:`matrix_flops` (and of its
+    token mixing in :meth:`mixing_flops` when that is not attention), and its preset table
+    :attr:`PAPER`.
     """
 
     # Presets of ``.paper(size)``: size -> field values (with PAPER_COMMON), set by subclasses.
@@ -148,6 +158,52 @@ class LMConfig:
             matmul_impl=self.matmul_impl,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
+        )
+
+    # ------------------------------------------------------------------ accounting
+
+    def flops_per_token(
+        self, *, seq_len: int | None = None, include_vocab: bool = True, causal: bool = False
+    ) -> FlopCount:
+        """Forward FLOPs per token of the model, split by part (``.train`` is 3x the forward).
+
+        Args:
+          seq_len: context length for the token-mixing terms (default ``seq_len``).
+          include_vocab: count the vocabulary terms (the unembedding matmul, and what else the
+            model does per token outside its layers); ``False`` is how several papers quote model
+            FLOPs (the RMT paper's Tables 3-4, for example).
+          causal: count the token mixing over the pairs each causal query really scores, averaged
+            over a row; the default is Kaplan et al.'s full-context convention (every query over
+            the keys of the full context). See
+            :func:`jaxlab.nn.attention_kinds.attention_mix_flops`.
+        """
+        T = seq_len or self.seq_len
+        proj, mlp, vocab = self.matrix_flops()
+        L = self.num_layers
+        mix = self.mixing_flops(T, causal=causal)
+        return FlopCount(L * proj, L * mix, L * mlp, vocab if include_vocab else 0.0)
+
+    def matrix_flops(self) -> tuple[float, float, float]:
+        """Forward FLOPs per token of one layer's attention-side matrices (projections, or what
+        replaces them), one layer's MLP, and the vocabulary terms (override)."""
+        raise NotImplementedError(f"{type(self).__name__} does not count its FLOPs")
+
+    def mixing_flops(self, seq_len: int, *, causal: bool) -> float:
+        """Forward FLOPs per token of one layer's token mixing: the attention kind's logits and
+        value sums over :meth:`attention_shape`'s query heads (a model without attention kinds
+        overrides this)."""
+        shape = self.attention_shape()
+        if shape is None:
+            raise NotImplementedError(f"{type(self).__name__} does not count its token mixing")
+        head_dim, heads, _ = shape
+        return attention_mix_flops(
+            self.attention,
+            seq_len=seq_len,
+            num_heads=heads,
+            head_dim=head_dim,
+            causal=causal,
+            window=self.attention_window,
+            ranks=self.attention_ranks,
         )
 
     @classmethod

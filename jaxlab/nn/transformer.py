@@ -89,6 +89,18 @@ class TransformerConfig(LMConfig):
         d, q, kv = self.d_model, self.num_heads * self.head_dim, self.kv_heads * self.head_dim
         return ((d, q), (d, kv), (q, d), (d, self.ff_dim), (self.ff_dim, d))
 
+    def matrix_flops(self) -> tuple[float, float, float]:
+        """Per token (Kaplan et al. 2020, Table 1): Q, K, V in and the output projection
+        (``2 d (q + 2 kv) + 2 q d`` for query width q and key/value width kv), the MLP's two maps,
+        and the unembedding; embedding lookups are free."""
+        d, q_width, kv_width = (
+            self.d_model,
+            self.num_heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        )
+        proj = 2 * d * (q_width + 2 * kv_width) + 2 * q_width * d
+        return proj, 2 * 2 * d * self.ff_dim, 2 * d * self.vocab_size
+
 
 class Attention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with separate Q, K, V projections,

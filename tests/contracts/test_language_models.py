@@ -3,7 +3,8 @@
 Each entry is a model class (built as ``cls(cfg, rngs=...)``, called as ``model(tokens,
 segment_ids=, positions=)``) and a tiny config (an :class:`jaxlab.nn.lm_config.LMConfig`). The
 contract: logits of the right shape and dtype; causality; document masking; the parameter count of
-``nnx.eval_shape`` equals the built model's; the sharded train step on a (2, 4) data x fsdp mesh and
+``nnx.eval_shape`` equals the built model's; the config's ``flops_per_token()`` counts the matrix
+products of the lowered forward pass; the sharded train step on a (2, 4) data x fsdp mesh and
 a (2, 2, 2) data x fsdp x tensor mesh gives the single-device losses; the train step lowers and
 compiles for a simulated 64-device mesh; structured linear maps (``linear=low_rank``, ``btt``,
 ``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.nn.generate`): prefill
@@ -23,6 +24,7 @@ from flax import nnx
 
 from jaxlab.core.aot import run_with_devices
 from jaxlab.core.config import TrainConfig
+from jaxlab.core.flops import dot_flops
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
@@ -40,6 +42,10 @@ MODELS = {  # name: (model class, tiny config)
     "xlstm": (xLSTM, xLSTMConfig(seq_len=T, num_layers=2, d_model=32, num_heads=4, chunk_size=4)),
 }  # fmt: skip
 POSITIONS = ("learned", "alibi")
+# Relative tolerance of flops_per_token() against the lowered forward's matrix products (exact
+# unless listed): the xLSTM's count takes the chunkwise form's gates and state read/write per token
+# (xLSTMConfig.matrix_flops / mixing_flops), which the program computes in fewer products.
+FLOP_REL = {"xlstm": 0.02}
 TRAIN = TrainConfig(
     steps=2,
     batch_size=8,
@@ -97,6 +103,15 @@ def test_parameter_count_from_eval_shape_equals_the_built_model(name):
     assert count_params(nnx.eval_shape(lambda: make(nnx.Rngs(0)))) == count_params(
         make(nnx.Rngs(0))
     )
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_flops_per_token_counts_the_matrix_products_of_the_forward(name):
+    cls, cfg = MODELS[name]
+    graphdef, state = nnx.split(cls(cfg, rngs=nnx.Rngs(0)))
+    lowered = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t)).lower(state, jnp.zeros((1, T), int))
+    counted = cfg.flops_per_token().forward * T
+    assert counted == pytest.approx(dot_flops(lowered), rel=FLOP_REL.get(name, 0.0))
 
 
 @pytest.mark.parametrize("name", MODELS)

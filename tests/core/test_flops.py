@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxlab.core.flops import compiled_flops, dot_flops, transformer_flops_per_token
+from jaxlab.core.flops import compiled_flops, dot_flops
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 64
@@ -30,7 +30,7 @@ def case(request):
 def test_analytic_count_equals_the_matrix_products_of_the_program(case):
     cfg, lowered, _ = case
     # Exact: every weight matrix, the full-context logits and value sums, the unembedding.
-    assert transformer_flops_per_token(cfg).forward * T == dot_flops(lowered)
+    assert cfg.flops_per_token().forward * T == dot_flops(lowered)
 
 
 def test_xla_counts_only_elementwise_work_on_top(case):
@@ -57,7 +57,7 @@ def test_dot_flops_follows_calls_and_counts_repeats():
 
 def test_training_is_three_forwards_and_vocab_optional():
     cfg = TransformerConfig.paper("405m")
-    full = transformer_flops_per_token(cfg)
-    no_vocab = transformer_flops_per_token(cfg, include_vocab=False)
+    full = cfg.flops_per_token()
+    no_vocab = cfg.flops_per_token(include_vocab=False)
     assert full.train == pytest.approx(3 * full.forward)
     assert full.forward - no_vocab.forward == pytest.approx(2 * 1024 * 50257)

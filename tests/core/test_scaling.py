@@ -76,3 +76,10 @@ def test_mean_sd_is_the_sample_spread():
     assert mean_sd([1.0, 2.0, 3.0]) == {"mean": 2.0, "sd": 1.0, "n": 3}  # ddof = 0 would be 0.816
     assert mean_sd([5.0]) == {"mean": 5.0, "sd": 0.0, "n": 1}
     assert mean_sd([]) == {"mean": None, "sd": None, "n": 0}
+
+
+def test_format_mean_sd():
+    from jaxlab.core.scaling import format_mean_sd, mean_sd
+
+    assert format_mean_sd(mean_sd([0.5, 0.7]), 0.59) == "0.600 ± 0.141 (n=2) (paper 0.59)"
+    assert format_mean_sd(mean_sd([])) == "not reached"

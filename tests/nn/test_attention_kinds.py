@@ -14,6 +14,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.attention import dot_product_attention
 from jaxlab.nn.attention_kinds import (
     attend,
+    attention_mix_flops,
     global_sliding_window_attention,
     sliding_window_attention,
 )
@@ -113,3 +114,49 @@ def test_default_kind_is_mha_and_leaves_the_model_unchanged():
 def test_bad_attention_options_fail_when_the_config_is_built(fields, match):
     with pytest.raises(ConfigError, match=match):
         TransformerConfig(**{**TINY, **fields})
+
+
+# ---------------------------------------------------------------------------- FLOP accounting
+
+FT, FH, FD, FW, FRANKS = 16, 2, 8, 3, (4, 2, 1, 1)  # T, heads, head dim, window, MLR ranks
+
+
+def _scored_pairs(kind, T, window, ranks):
+    """Float64 ``(channels contracted for the logits, channels summed for the values)`` per pair
+    ``(T, T)`` of one head, from the kinds' definitions (not from the code under test): MHA every
+    causal pair with all D channels; SWA the window; GSWA half the channels on every pair and half
+    on the window, the values over every pair; MLR level ``l`` (blocks of ``T / 2^l``) adds its
+    ``r_l`` channels on the pairs inside one of its blocks, the values over every pair."""
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    causal = (j <= i).astype(np.float64)
+    local = causal * (i - j <= window)
+    if kind == "mha":
+        return FD * causal, FD * causal
+    if kind == "swa":
+        return FD * local, FD * local
+    if kind == "gswa":
+        return FD / 2 * causal + FD / 2 * local, FD * causal
+    qk = sum(r * causal * (i // (T >> lv) == j // (T >> lv)) for lv, r in enumerate(ranks))
+    return qk, FD * causal
+
+
+@pytest.mark.parametrize("kind", ["mha", "swa", "gswa", "mlr"])
+def test_mix_flops_count_the_pairs_each_kind_scores(kind):
+    qk, v = _scored_pairs(kind, FT, FW, FRANKS)
+    kw = dict(seq_len=FT, num_heads=FH, head_dim=FD, window=FW, ranks=FRANKS)
+    # causal: the mean over the T queries; full context (Kaplan): every query as the last one.
+    want_causal = FH * 2 * (qk.sum() + v.sum()) / FT
+    want_full = FH * 2 * (qk[-1].sum() + v[-1].sum())
+    assert attention_mix_flops(kind, causal=True, **kw) == pytest.approx(want_causal, rel=1e-12)
+    assert attention_mix_flops(kind, causal=False, **kw) == pytest.approx(want_full, rel=1e-12)
+
+
+def test_flops_per_token_takes_the_attention_kind():
+    base = TransformerConfig(seq_len=FT, num_layers=2, d_model=FH * FD, num_heads=FH)
+    mlr = dataclasses.replace(base, attention="mlr", attention_ranks=FRANKS)
+    kw = dict(seq_len=FT, num_heads=FH, head_dim=FD, ranks=FRANKS, causal=True)
+    a, b = base.flops_per_token(causal=True), mlr.flops_per_token(causal=True)
+    assert a._replace(attention_mix=0) == b._replace(attention_mix=0)
+    assert b.attention_mix == 2 * attention_mix_flops("mlr", **kw)
+    # Kaplan's convention for MHA: every query over the T keys, 4 T D per head and layer.
+    assert base.flops_per_token().attention_mix == 2 * 4 * FT * FH * FD

@@ -8,30 +8,31 @@ has fewer parameters (no W_Q, W_K, W_V, W_O) and fewer FLOPs per token, and a re
 
 The headline numbers (paper Sec. 5.1, Table 3) are the fraction of the transformer's training FLOPs
 and tokens that the RMT needs to reach the transformer's final loss; :func:`fraction_to_reach`
-reads them off the validation curves by linear interpolation.
+reads them off the validation curves by linear interpolation, :func:`pair_reach` does so for every
+seed of a pair and summarises over the seeds, and :func:`scaling_fits` fits power laws of the
+seed-mean final loss against training compute and non-embedding parameters (Sec. 5.1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
-import jax
-from flax import nnx
+import numpy as np
 
+from jaxlab.core.scaling import PowerLawFit, fit_power_law, mean_sd
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.transformer import TransformerConfig
 
 __all__ = [
     "MATCHED_RECIPE",
+    "ArchFit",
     "fraction_to_reach",
     "matched_pair",
-    "non_embedding_params",
+    "pair_reach",
+    "scaling_fits",
     "tokens_to_reach",
 ]
-
-_EMBEDDING_NAMES = ("embed", "unembed")  # token and position tables, unembedding
-
 
 # The recipe of a matched pair unless told otherwise: the RMT authors' choices where their code
 # makes one for both models (RMSNorm, ALiBi with geometric slopes, logits / (layer + 1)), and the
@@ -67,16 +68,6 @@ def matched_pair(
     return transformer, rmt
 
 
-def non_embedding_params(model: nnx.Module) -> int:
-    """Parameters outside the token/position embeddings and the unembedding (Kaplan et al. 2020)."""
-    total = 0
-    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
-        names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
-        if not names & set(_EMBEDDING_NAMES):
-            total += leaf.size
-    return total
-
-
 def tokens_to_reach(
     tokens: Sequence[float], losses: Sequence[float], target: float
 ) -> float | None:
@@ -109,3 +100,76 @@ def fraction_to_reach(
         "tokens_fraction": frac,
         "flops_fraction": frac * rmt_flops_per_token / transformer_flops_per_token,
     }
+
+
+def pair_reach(
+    transformer_runs: Sequence[Mapping[str, Any]],
+    rmt_runs: Sequence[Mapping[str, Any]],
+    transformer: Mapping[str, float],
+    rmt: Mapping[str, float],
+) -> dict[str, Any]:
+    """Per seed (the pair shares it): tokens and FLOPs fractions to the transformer's final loss.
+
+    Args:
+      transformer_runs, rmt_runs: one run per seed, in the same seed order, each with ``seed``,
+        ``tokens`` and ``eval_loss`` (the validation curve).
+      transformer, rmt: each model's ``train_flops_per_token_no_vocab`` (the analytic count
+        without the vocabulary terms, the paper's convention) and
+        ``measured_train_flops_per_token`` (XLA's count of the compiled train step).
+
+    Returns:
+      ``per_seed`` (:func:`fraction_to_reach` per seed, plus the FLOPs fraction with XLA's
+      counts), ``reached`` and ``seeds`` (counts), and :func:`~jaxlab.core.scaling.mean_sd` over
+      the seeds that reached the loss of ``tokens_fraction``, ``flops_fraction`` and
+      ``measured_flops_fraction``.
+    """
+    per_seed = []
+    measured_ratio = (
+        rmt["measured_train_flops_per_token"] / transformer["measured_train_flops_per_token"]
+    )
+    for t, r in zip(transformer_runs, rmt_runs, strict=True):
+        reach = fraction_to_reach(
+            (r["tokens"], r["eval_loss"]),
+            (t["tokens"], t["eval_loss"]),
+            rmt["train_flops_per_token_no_vocab"],
+            transformer["train_flops_per_token_no_vocab"],
+        )
+        frac = reach["tokens_fraction"]
+        reach["measured_flops_fraction"] = None if frac is None else frac * measured_ratio
+        per_seed.append({"seed": t["seed"], **reach})
+    reached = [s for s in per_seed if s["tokens_fraction"] is not None]
+    summary = {
+        k: mean_sd([s[k] for s in reached])
+        for k in ("tokens_fraction", "flops_fraction", "measured_flops_fraction")
+    }
+    return {"per_seed": per_seed, "reached": len(reached), "seeds": len(per_seed), **summary}
+
+
+class ArchFit(NamedTuple):
+    """One architecture's points across sizes and the power laws fitted to them."""
+
+    compute: np.ndarray  # training FLOPs of each size (analytic, with the vocabulary terms)
+    params: np.ndarray  # non-embedding parameters of each size
+    loss: np.ndarray  # seed-mean final validation loss of each size
+    vs_flops: PowerLawFit  # L(C); with an offset from four sizes on
+    vs_params: PowerLawFit  # L(N), a pure power law
+
+
+def scaling_fits(entries: Sequence[Mapping[str, Any]]) -> ArchFit:
+    """Power laws of one architecture's seed-mean final loss across sizes (paper Sec. 5.1).
+
+    Args:
+      entries: one per size, with ``train_flops_per_token``, ``non_embedding_params``,
+        ``final_eval_loss`` (a :func:`~jaxlab.core.scaling.mean_sd` result) and ``runs`` (the
+        tokens seen by the first run's curve give the training budget).
+    """
+    compute = np.array([e["train_flops_per_token"] * e["runs"][0]["tokens"][-1] for e in entries])
+    params = np.array([e["non_embedding_params"] for e in entries])
+    loss = np.array([e["final_eval_loss"]["mean"] for e in entries])
+    return ArchFit(
+        compute,
+        params,
+        loss,
+        fit_power_law(compute, loss, with_offset=len(entries) >= 4),
+        fit_power_law(params, loss, with_offset=False),
+    )

@@ -128,6 +128,30 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
         E, qk, v, ff = self.d_model, self.qk_dim, self.v_dim, self.ff_dim
         return ((E, qk), (E, v), (v, E), (E, ff), (ff, E))
 
+    # FLOPs per layer and token (training = 3x forward; 7B paper App. A gives the same terms), with
+    # E the width, qk and v the total q/k and v widths, NH heads of sizes Dk, Dv and the chunk
+    # length L of the chunkwise form. Every block is counted as an mLSTM block.
+
+    def matrix_flops(self) -> tuple[float, float, float]:
+        """Projections ``2 E (2 qk + 2 v)`` for q, k, v and the output gate, ``2 v E`` for the
+        out projection and ``4 E NH`` for the two scalar gates; SwiGLU's three maps ``6 E d_ff``;
+        the unembedding ``2 E V``."""
+        E, qk, v = self.d_model, self.qk_dim, self.v_dim
+        proj = 2 * E * (2 * qk + 2 * v) + 2 * v * E + 4 * E * self.num_heads
+        return proj, 6 * E * self.ff_dim, 2 * E * self.vocab_size
+
+    def mixing_flops(self, seq_len: int, *, causal: bool) -> float:
+        """The cell: inside a chunk every query meets the chunk's L keys, ``2 L qk`` for the logits
+        and ``2 L v`` for the value sum (the full chunk, as Kaplan et al. count the full context,
+        and as the chunkwise form computes it, so ``causal`` changes nothing); across chunks the
+        state is read, ``2 NH Dk Dv``, and written, ``2 NH Dk Dv``. ``seq_len`` caps the chunk
+        length (a shorter sequence is one chunk): the cost does not grow with the context, which
+        is the linear-in-S prefill."""
+        del causal
+        L = min(self.chunk_size, seq_len)
+        state = self.num_heads * self.qk_head_dim * self.v_head_dim
+        return 2 * L * (self.qk_dim + self.v_dim) + 4 * state
+
     @classmethod
     def xlstm_7b(cls, **overrides) -> xLSTMConfig:
         """The released xLSTM 7B (paper Sec. 3; ``xlstm_large``'s defaults), its 32 blocks

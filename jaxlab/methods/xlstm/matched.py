@@ -11,15 +11,10 @@ from flax import nnx
 
 from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.model import xLSTM
-from jaxlab.nn.layers import count_params
+from jaxlab.nn.layers import non_embedding_params
 from jaxlab.nn.transformer import TransformerConfig
 
-__all__ = ["matched_transformer", "non_embedding_params"]
-
-
-def non_embedding_params(model: nnx.Module) -> int:
-    """Parameters outside the (untied) token embedding and unembedding."""
-    return count_params(model) - 2 * model.cfg.vocab_size * model.cfg.d_model
+__all__ = ["matched_transformer"]
 
 
 def matched_transformer(xcfg: xLSTMConfig, **overrides) -> TransformerConfig:

@@ -6,9 +6,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxlab.core.flops import compiled_flops, dot_flops, transformer_flops_per_token
+from jaxlab.core.flops import compiled_flops, dot_flops
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.flops import rmt_flops_per_token
 from jaxlab.nn.transformer import TransformerConfig
 
 T, L, R, DV = 32, 2, 4, 16
@@ -40,7 +39,7 @@ def lowered():
 
 @pytest.mark.parametrize("d_key", [8, 24])
 def test_analytic_count_equals_the_matrix_products_of_the_program(lowered, d_key):
-    assert rmt_flops_per_token(_config(d_key)).forward * T == dot_flops(lowered[d_key])
+    assert _config(d_key).flops_per_token().forward * T == dot_flops(lowered[d_key])
 
 
 def test_only_storage_and_retrieval_move_with_dk(lowered):
@@ -49,14 +48,12 @@ def test_only_storage_and_retrieval_move_with_dk(lowered):
     # each 2 * R * Dk * Dv FLOPs per token. Nothing else depends on Dk.
     expected = 2 * R * DV * (24 - 8) * (6 * L + 2) * T
     assert dot_flops(lowered[24]) - dot_flops(lowered[8]) == expected
-    ours = rmt_flops_per_token(_config(24)).forward - rmt_flops_per_token(_config(8)).forward
+    ours = _config(24).flops_per_token().forward - _config(8).flops_per_token().forward
     assert ours * T == expected
 
 
 def test_layernorm_changes_no_product():
-    assert (
-        dot_flops(_lowered(_config(8, "layernorm"))) == rmt_flops_per_token(_config(8)).forward * T
-    )
+    assert dot_flops(_lowered(_config(8, "layernorm"))) == _config(8).flops_per_token().forward * T
 
 
 def test_xla_counts_only_elementwise_work_on_top(lowered):
@@ -71,7 +68,7 @@ def test_xla_counts_only_elementwise_work_on_top(lowered):
 def test_paper_flops_without_vocab():
     # The paper quotes 1.965e9 (405M transformer) and 1.390e9 (305M RMT) training FLOPs per token
     # without the vocabulary terms; see the method README for the RMT's difference.
-    tf = transformer_flops_per_token(TransformerConfig.paper("405m"), include_vocab=False).train
-    rmt = rmt_flops_per_token(RMTConfig.paper("305m"), include_vocab=False).train
+    tf = TransformerConfig.paper("405m").flops_per_token(include_vocab=False).train
+    rmt = RMTConfig.paper("305m").flops_per_token(include_vocab=False).train
     assert tf == pytest.approx(1.965e9, rel=0.002)
     assert rmt == pytest.approx(1.390e9, rel=0.02)
