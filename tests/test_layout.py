@@ -18,9 +18,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("jaxlab", "pallas_kernels")
-# The one known exception to rule (b): ``jaxlab.methods.ot`` is a shim that re-exports qn_ot under
-# its old name, being deleted (issue 25, "No shims"); once it is gone this entry matches nothing.
-KNOWN_METHOD_IMPORTS = {("jaxlab.methods.ot", "jaxlab.methods.qn_ot")}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -116,7 +113,7 @@ def layout_violations(graph: dict[str, set[str]]) -> list[str]:
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
             own, other = _method(module), _method(target)
-            if own and other and own != other and (own, other) not in KNOWN_METHOD_IMPORTS:
+            if own and other and own != other:
                 bad.append(f"{module} -> {target}: a method imports another method")
             lower = ("jaxlab.nn", "jaxlab.ot", "jaxlab.methods", "jaxlab.data")
             if _under(module, "jaxlab.core") and any(_under(target, p) for p in lower):
