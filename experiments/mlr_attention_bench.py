@@ -171,7 +171,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         if cfg.pallas:
             headline[f"{pass_}_pallas_mlr_time_ratio_vs_pallas_mha"] = ratios["pallas", pass_]
         target = headline[f"{pass_}_time_ratio_vs_mha_blockwise"]
-        headline[f"{pass_}_within_10pct_of_analytic"] = abs(target / analytic - 1) <= 0.10
+        headline[f"{pass_}_within_10pct_of_analytic"] = bool(abs(target / analytic - 1) <= 0.10)
     with MetricWriter(workdir, tensorboard=False) as writer:
         writer.write(0, {k: float(v) for k, v in headline.items() if not isinstance(v, bool)})
     ranks = "|".join(map(str, cfg.ranks))

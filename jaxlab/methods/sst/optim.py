@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 
 from jaxlab.core.config import TrainConfig
 from jaxlab.methods.sst.config import SSTConfig
@@ -121,6 +122,8 @@ class ColumnAdamState(NamedTuple):
 
 
 def _count_like(params: Any) -> Any:
+    """Zero counts shaped per parameter (see :class:`ColumnAdamState`), as plain arrays: an NNX
+    parameter's sharding annotation names its own axes, which a count does not have."""
     flat = _by_path(params)
 
     def one(path, p):
@@ -128,7 +131,8 @@ def _count_like(params: Any) -> Any:
         shape = () if name is None else p.shape if name == "s" else (1, p.shape[1])
         return jnp.zeros(shape, jnp.int32)
 
-    return jax.tree_util.tree_map_with_path(one, params)
+    is_var = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
+    return jax.tree_util.tree_map_with_path(one, params, is_leaf=is_var)
 
 
 def scale_by_column_adam(
