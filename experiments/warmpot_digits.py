@@ -28,7 +28,7 @@ which is what the seeds resolve. An optional grid over (α, β) for WARMPOT on `
 same workdir reuses each finished run whose config is unchanged (:mod:`jaxlab.core.sweep`) and
 trains again one whose learning rate or steps changed.
 
-Presets: ``default`` (2 settings × 6 methods × 12 seeds, 500 steps on frozen features; sized to a
+Presets: ``default`` (2 settings × 6 methods × 20 seeds, 500 steps on frozen features; sized to a
 quarter of an hour on an idle 2-core machine), ``smoke`` (one setting, two methods, 40 steps),
 ``office_home`` (α = 0.8, β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations, batch 65; needs
 ``data=``: an .npz with ``xs, ys, xt, yt``).
@@ -63,7 +63,7 @@ SETTINGS = (*TASKS, *(f"{t}_subgroup" for t in TASKS))
 class Config:
     tasks: tuple[str, ...] = ("digits_to_mnist_subgroup", "digits_to_mnist")
     methods: tuple[str, ...] = tuple(METHODS)
-    seeds: tuple[int, ...] = tuple(range(12))
+    seeds: tuple[int, ...] = tuple(range(20))
     target_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     max_source: int = 2000
     max_target: int = 1000

@@ -68,10 +68,12 @@ class WarmpotConfig:
     method: MethodName = "warmpot"
     alpha: float = 0.8
     beta: float = 0.35
-    epsilon: float = 0.3  # the caps bind here (at_cap); at 1.0 they never did (README)
-    eta1: float = 0.1
-    eta2: float = 1.0
-    eta3: float = 0.5
+    # ε and η: chosen on held-out seeds where the caps bind (at_cap > 0) and WARMPOT does not
+    # collapse (README, "Choosing ε and η"); the previous 1, (0.1, 1, 0.5) left every cap slack.
+    epsilon: float = 0.1
+    eta1: float = 1.0
+    eta2: float = 0.1
+    eta3: float = 0.1
     entropy: float = 0.0  # weight of the mean target prediction entropy (the code's --entropy)
     ramp_steps: int = 300  # steps over which α_t rises from 0.01 to α
     steps: int = 1000

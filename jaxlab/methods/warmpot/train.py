@@ -137,18 +137,18 @@ def _by_class(ys: np.ndarray, classes: int) -> tuple[jax.Array, jax.Array]:
 
 
 def _source_batch(key, n: int, by_class, counts, batch: int, balanced: bool) -> jax.Array:
-    """Source indices of one batch: uniform over points, or every class ⌊B/C⌋ or ⌈B/C⌉ times.
+    """Source indices of one batch: uniform over points, or class-balanced.
 
-    The balanced draw cycles through the classes present from a random offset (each class
-    ``batch // C`` or one more times) and draws a point uniformly within each slot's class.
+    Balanced, as the authors' ``BalancedBatchSampler``: each class present ``batch // C`` times
+    and a random ``batch % C`` of them once more; here each slot's point is drawn uniformly
+    within its class (theirs walks through a shuffled class without replacement).
     """
-    k_off, k_in = jax.random.split(key)
+    k_order, k_in = jax.random.split(key)
     if not balanced:
         return jax.random.randint(k_in, (batch,), 0, n)
-    present = jnp.nonzero(counts > 0, size=counts.shape[0], fill_value=0)[0]
-    n_present = jnp.sum(counts > 0)
-    slot = (jnp.arange(batch) + jax.random.randint(k_off, (), 0, n_present)) % n_present
-    cls = present[slot]
+    # A random order of the classes present (absent ones sorted last), cycled over the slots.
+    order = jnp.argsort(jax.random.uniform(k_order, counts.shape) + 2.0 * (counts == 0))
+    cls = order[jnp.arange(batch) % jnp.sum(counts > 0)]
     within = jnp.floor(jax.random.uniform(k_in, (batch,)) * counts[cls]).astype(jnp.int32)
     return by_class[cls, jnp.minimum(within, counts[cls] - 1)]
 
@@ -183,20 +183,38 @@ def frozen_features(cfg: WarmpotConfig, task: DATask) -> tuple[np.ndarray, np.nd
     authors' ImageNet-pretrained ResNet-50 that a 64-pixel task can play. The result depends on
     the task, the seed and those settings only, not on ``cfg.method`` (every method of a seed
     sees the same features). Returns ``(f(xs), f(xt))``.
+
+    The pre-training set is the source domain's plain images: the source without its turned
+    subgroup (``task.variant``). The authors' backbone learnt on ImageNet, not on the task, so it
+    tells apart sub-populations the task's labels lump together; a backbone trained to call a
+    turned 3 a 3 would have learnt away the very difference per-sample weights can use. With no
+    subgroup the whole source is used.
+
+    Each feature vector is scaled to the norm ``√F``. The ReLU features of inputs the backbone
+    did not learn from (the target domain, the turned subgroup) have small norms, so raw
+    distances put both near the origin and near each other: on ``digits_to_mnist`` with the
+    subgroup, the turned images' mean distance to their ten nearest target points is below the
+    upright shared images' (README). On the sphere the order is the meaningful one (upright
+    shared < turned < outlier classes); the scale √F keeps each coordinate's size near 1.
     """
     model = Network(task.xs.shape[1], cfg.hidden, cfg.features, task.num_classes,
                     rngs=nnx.Rngs(cfg.seed + 20_000))  # fmt: skip
+    plain = ~task.source_variant
     graphdef, params = nnx.split(model, nnx.Param)
     tx = _pretrain_tx(cfg.pretrain_lr)
-    by_class, counts = _by_class(task.ys, task.num_classes)
-    data = (jnp.asarray(task.xs), jnp.asarray(task.ys), by_class, counts)
+    by_class, counts = _by_class(task.ys[plain], task.num_classes)
+    data = (jnp.asarray(task.xs[plain]), jnp.asarray(task.ys[plain]), by_class, counts)
     params = _pretrain(
         params, tx.init(params), jax.random.key(cfg.seed + 30_000), data, graphdef=graphdef,
         tx=tx, batch=cfg.batch_size, steps=cfg.pretrain_steps, balanced=cfg.sampler == "balanced",
     )  # fmt: skip
     net = nnx.merge(graphdef, params)
-    return (np.asarray(net.features(jnp.asarray(task.xs))),
-            np.asarray(net.features(jnp.asarray(task.xt))))  # fmt: skip
+    # Each feature vector scaled to norm √F (unit scale per coordinate): see the docstring.
+    unit = lambda z: (
+        z * np.sqrt(z.shape[1]) / jnp.maximum(jnp.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    )
+    return (np.asarray(unit(net.features(jnp.asarray(task.xs)))),
+            np.asarray(unit(net.features(jnp.asarray(task.xt)))))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)

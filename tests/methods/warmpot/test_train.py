@@ -116,3 +116,22 @@ def test_plan_weights_drop_a_subgroup_of_a_shared_class_that_class_weights_keep(
     class_w = np.array([1.0, 1.0, 0.0])[ys]  # the best any per-class weighting can do
     class_w /= class_w.sum()
     np.testing.assert_allclose(class_w[sub].sum(), 0.25)
+
+
+def test_frozen_features_lie_on_the_sphere_and_never_learn_from_the_subgroup():
+    task = _tiny_task()
+    cfg = WarmpotConfig(pretrain_steps=5, batch_size=8)
+    variant = np.zeros(len(task.ys), bool)
+    variant[::4] = True
+    flagged = task._replace(variant=variant)
+    xs = task.xs.copy()
+    xs[variant] = 10.0 * np.random.default_rng(1).standard_normal((variant.sum(), 64))
+    garbled = flagged._replace(xs=xs)  # the subgroup's images changed, nothing else
+    fs, ft = frozen_features(cfg, flagged)
+    gs, gt = frozen_features(cfg, garbled)
+    np.testing.assert_allclose(fs[~variant], gs[~variant], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ft, gt, rtol=1e-5, atol=1e-6)
+    for z in (fs, ft):
+        np.testing.assert_allclose(np.linalg.norm(z, axis=1), np.sqrt(cfg.features), rtol=1e-5)
+    # Without the flags the subgroup's images enter the pre-training and change the features.
+    assert not np.allclose(frozen_features(cfg, garbled._replace(variant=None))[1], ft, atol=1e-4)
