@@ -29,9 +29,9 @@ same workdir reuses each finished run whose config is unchanged (:mod:`jaxlab.co
 trains again one whose learning rate or steps changed.
 
 Presets: ``default`` (2 settings × 6 methods × 20 seeds, 500 steps on frozen features; sized to a
-quarter of an hour on an idle 2-core machine), ``smoke`` (one setting, two methods, 40 steps),
-``office_home`` (α = 0.8, β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations, batch 65; needs
-``data=``: an .npz with ``xs, ys, xt, yt``).
+quarter of an hour on an idle 2-core machine), ``smoke`` (one setting, two methods, two seeds,
+40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations,
+batch 65; needs ``data=``: an .npz with ``xs, ys, xt, yt``).
 
 Measured results live in the run's ``summary.json`` and in ``jaxlab/methods/warmpot/README.md``.
 """
@@ -91,7 +91,7 @@ PRESETS = {
     "default": lambda: Config(),
     "smoke": lambda: Config(
         methods=("source_only", "warmpot"),
-        seeds=(0,),
+        seeds=(0, 1),  # two, so the paired differences have a spread
         tasks=("digits_to_mnist_subgroup",),
         max_source=300,
         max_target=200,
