@@ -113,7 +113,19 @@ def test_methods_differ_only_in_their_knobs():
 
 
 @pytest.mark.parametrize(
-    "kw", [{"alpha": 1.5}, {"beta": 0.0}, {"method": "dann"}, {"steps": 10, "eval_every": 3}]
+    "kw",
+    [
+        {"alpha": 1.5},
+        {"beta": 0.0},
+        {"method": "dann"},
+        {"steps": 10, "eval_every": 3},
+        {"optimizer": "rmsprop"},
+        {"sampler": "stratified"},
+        {"backbone": "resnet"},
+        {"pretrain_steps": 0},
+        {"head_lr_mult": 0.0},
+        {"momentum": 1.0},
+    ],
 )
 def test_bad_config_is_one_line(kw):
     with pytest.raises(ConfigError) as err:
