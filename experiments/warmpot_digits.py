@@ -1,25 +1,37 @@
-"""WARMPOT's partial-OT weights beat source-only, full OT and uniform-weight partial OT in PDA.
+"""WARMPOT's per-sample partial-OT weights against per-class, uniform and m-POT weights in PDA.
 
 Command: ``python experiments/run.py --exp=warmpot_digits`` (``--smoke``; ``--set preset=office_home
 --set data=features.npz`` for the paper's Office-Home hyperparameters on your own features).
 
-Data (offline, :mod:`jaxlab.data.digits_da`): scikit-learn's 8×8 digits → the shipped MNIST in the
-optdigits format, the reverse direction, and Fashion-MNIST (grey 8×8 → binarised, bounding-box
-normalised); each target keeps half of the classes (0–4). Every method of
-:data:`jaxlab.methods.warmpot.config.METHODS` trains with one recipe (network, optimizer, steps,
-batches, hyperparameters) for each seed; only the weights, the plan's masses or the alignment term
-differ. Reported per task and method: target accuracy after the last step and the best over
-training (the paper's protocol; it reads target labels), mean ± sample sd over seeds, and the share
-of source weight on the classes absent from the target (last chunk). A grid over (α, β) for WARMPOT
-on ``grid_task`` shows the effect of the mass and of β (the paper: β near the shared-class fraction
-0.5 works, much smaller β hurts).
-``summary.json``'s ``headline`` holds the accuracies, shares and the grid; ``accuracy.png`` and
-``grid.png`` plot them. A re-run on the same workdir reuses each finished run whose config is
-unchanged (:mod:`jaxlab.core.sweep`) and trains again one whose learning rate or steps changed.
+Claim tested (Naram et al., ICML 2025, Sec. 6): with the authors' α = 0.8 and β = 0.35 and the
+per-source caps ``1/(β n_s)`` binding, the weights ``w = π1`` beat uniform weights on the same
+plan, PADA-style class weights, m-POT-style β = 1 and full OT. Data (offline,
+:mod:`jaxlab.data.digits_da`): scikit-learn's 8×8 digits → the shipped MNIST in the optdigits
+format, target classes 0–4, in two settings:
 
-Presets: ``default`` (3 tasks × 6 methods × 3 seeds + a 3×3 grid × 2 seeds, 1,000 steps),
-``smoke`` (one task, two methods, 40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7,
-η = (0.5, 7, 0.25), 5,000 iterations, batch 65; needs ``data=``: an .npz with ``xs, ys, xt, yt``).
+* ``digits_to_mnist_subgroup`` (the main one): the five outlier classes oversampled 3× and a
+  quarter of each shared class's source images turned by 90° (``variant``), a subgroup the target
+  never holds: per-class weights must keep it, per-sample weights can drop it;
+* ``digits_to_mnist``: the plain 5-of-10 task.
+
+Every method of :data:`jaxlab.methods.warmpot.config.METHODS` trains with one recipe for each seed
+(the same frozen features from a source-only pre-train, optimizer, batches, hyperparameters: the
+defaults of :class:`~jaxlab.methods.warmpot.config.WarmpotConfig`); only the weights, the plan's
+masses or the alignment term differ. Reported per setting and method: target accuracy after the
+last step and the best over training (the paper's protocol; it reads target labels), mean ±
+sample sd over seeds; the weight on the outlier classes and on the turned subgroup, and the share
+of source points at their cap (``at_cap``), all over the last chunk; and the paired differences
+WARMPOT − X of the last accuracy per seed (``warmpot_minus``: mean, sd and every seed's value),
+which is what the seeds resolve. An optional grid over (α, β) for WARMPOT on ``grid_task``
+(``grid_seeds``, off by default).
+``summary.json``'s ``headline`` holds them; ``accuracy.png`` plots the accuracies. A re-run on the
+same workdir reuses each finished run whose config is unchanged (:mod:`jaxlab.core.sweep`) and
+trains again one whose learning rate or steps changed.
+
+Presets: ``default`` (2 settings × 6 methods × 20 seeds, 500 steps on frozen features; sized to a
+quarter of an hour on an idle 2-core machine), ``smoke`` (one setting, two methods, two seeds,
+40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations,
+batch 65; needs ``data=``: an .npz with ``xs, ys, xt, yt``).
 
 Measured results live in the run's ``summary.json`` and in ``jaxlab/methods/warmpot/README.md``.
 """
@@ -40,44 +52,50 @@ from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.data.digits_da import TASKS, DATask, load_task
 from jaxlab.methods.warmpot.config import METHODS, WarmpotConfig
-from jaxlab.methods.warmpot.train import train
+from jaxlab.methods.warmpot.train import frozen_features, train
+
+# A setting is a task of jaxlab.data.digits_da, with `_subgroup`: oversampled outlier classes and
+# a turned shared-class subgroup (Config.outlier_factor, Config.variant_frac).
+SETTINGS = (*TASKS, *(f"{t}_subgroup" for t in TASKS))
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    tasks: tuple[str, ...] = TASKS
+    tasks: tuple[str, ...] = ("digits_to_mnist_subgroup", "digits_to_mnist")
     methods: tuple[str, ...] = tuple(METHODS)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = tuple(range(20))
     target_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     max_source: int = 2000
     max_target: int = 1000
-    train: WarmpotConfig = WarmpotConfig()
-    grid_task: str = "digits_to_mnist"
+    outlier_factor: int = 3  # `_subgroup` settings: outlier classes resampled to 3× their count
+    variant_frac: float = 0.25  # `_subgroup` settings: share of each shared class turned 90°
+    train: WarmpotConfig = WarmpotConfig(steps=500, eval_every=50, ramp_steps=250)
+    grid_task: str = "digits_to_mnist_subgroup"
     grid_alphas: tuple[float, ...] = (0.3, 0.5, 0.8)
     grid_betas: tuple[float, ...] = (0.25, 0.5, 1.0)
-    grid_seeds: tuple[int, ...] = (0, 1)  # () skips the grid
+    grid_seeds: tuple[int, ...] = ()  # () skips the grid
     data: str = ""  # an .npz with xs, ys, xt, yt (e.g. backbone features) instead of `tasks`
     needs_data: bool = False  # the preset is meant for `data` (the paper's scale), not the digits
 
     def __post_init__(self):
-        check(all(t in TASKS for t in self.tasks), f"tasks must be among {TASKS}")
+        check(all(t in SETTINGS for t in self.tasks), f"tasks must be among {SETTINGS}")
         bad = [m for m in self.methods if m not in METHODS]
         check(not bad, f"unknown methods {bad}; choose from {tuple(METHODS)}")
         check_seeds(self.seeds)
         if self.grid_seeds:
             check_seeds(self.grid_seeds, "grid_seeds")
-        check(self.grid_task in TASKS, f"grid_task must be among {TASKS}")
+        check(self.grid_task in SETTINGS, f"grid_task must be among {SETTINGS}")
 
 
 PRESETS = {
     "default": lambda: Config(),
     "smoke": lambda: Config(
-        tasks=("digits_to_mnist",),
         methods=("source_only", "warmpot"),
-        seeds=(0,),
+        seeds=(0, 1),  # two, so the paired differences have a spread
+        tasks=("digits_to_mnist_subgroup",),
         max_source=300,
         max_target=200,
-        train=WarmpotConfig(steps=40, eval_every=20, ramp_steps=20),
+        train=WarmpotConfig(steps=40, eval_every=20, ramp_steps=20, pretrain_steps=20),
         grid_alphas=(0.5,),
         grid_betas=(0.5,),
         grid_seeds=(0,),
@@ -119,15 +137,30 @@ def _npz_task(path: str, target_classes) -> DATask:
                   yt.astype(np.int32), classes, tuple(int(c) for c in np.unique(yt)))  # fmt: skip
 
 
-def _run(cfg: WarmpotConfig, task: DATask, data: dict) -> Run:
-    """One training run (see core.sweep): keyed by its whole config and by the data it sees."""
+def _load(cfg: Config, setting: str) -> DATask:
+    name = setting.removesuffix("_subgroup")
+    structure = (cfg.outlier_factor, cfg.variant_frac) if setting != name else (1, 0.0)
+    return load_task(
+        name, target_classes=cfg.target_classes, max_source=cfg.max_source,
+        max_target=cfg.max_target, outlier_factor=structure[0], variant_frac=structure[1],
+    )  # fmt: skip
+
+
+def _run(cfg: WarmpotConfig, task: DATask, data: dict, features) -> Run:
+    """One training run (see core.sweep): keyed by its whole config and by the data it sees.
+
+    ``features(cfg)`` gives the frozen features of this task and seed (computed once per seed and
+    shared by every method; see :func:`~jaxlab.methods.warmpot.train.frozen_features`).
+    """
 
     def fit(workdir: pathlib.Path) -> dict:
-        r = train(cfg, task)
+        r = train(cfg, task, features(cfg) if cfg.backbone == "frozen" else None)
         return {
             "last": r.last,
             "best": r.best,
             "outlier_share": float(r.outlier_share[-1]),
+            "variant_share": float(r.variant_share[-1]),
+            "at_cap": float(r.at_cap[-1]),
             "ot_converged": r.ot_converged,
             "accuracy": r.accuracy.tolist(),
         }
@@ -135,8 +168,33 @@ def _run(cfg: WarmpotConfig, task: DATask, data: dict) -> Run:
     return Run({"train": to_dict(cfg), "data": data}, fit)
 
 
+STATS = ("last", "best", "outlier_share", "variant_share", "at_cap")
+
+
 def _stats(rows: list[dict]) -> dict:
-    return {k: mean_sd([r[k] for r in rows]) for k in ("last", "best", "outlier_share")}
+    return {k: mean_sd([r[k] for r in rows]) for k in STATS}
+
+
+def _feature_cache(task: DATask):
+    """``features(cfg)``: the frozen features of ``task`` for ``cfg``, computed once per key."""
+    cache: dict = {}
+
+    def features(cfg: WarmpotConfig):
+        key = (cfg.seed, cfg.pretrain_steps, cfg.pretrain_lr, cfg.hidden, cfg.features,
+               cfg.batch_size, cfg.sampler)  # fmt: skip
+        if key not in cache:
+            cache[key] = frozen_features(cfg, task)
+        return cache[key]
+
+    return features
+
+
+def _paired(rows_w: list[dict], rows_x: list[dict], key: str = "last") -> dict:
+    """WARMPOT − X per seed (the seeds pair them: same features, data and batches)."""
+    diffs = [w[key] - x[key] for w, x in zip(rows_w, rows_x, strict=True)]
+    stats = mean_sd(diffs)
+    return {"mean": stats["mean"], "sd": stats["sd"], "n": len(diffs),
+            "wins": int(sum(d > 0 for d in diffs)), "per_seed": diffs}  # fmt: skip
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
@@ -147,21 +205,22 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     else:
         tasks = {}
     results: dict = {}
+    paired: dict = {}
     step = 0
     data = {"target_classes": cfg.target_classes, "max_source": cfg.max_source,
             "max_target": cfg.max_target, "file": cfg.data}  # fmt: skip
     with MetricWriter(workdir, tensorboard=False) as writer:
         for name in tasks or cfg.tasks:
-            task = tasks.get(name) or load_task(
-                name, target_classes=cfg.target_classes, max_source=cfg.max_source,
-                max_target=cfg.max_target,
-            )  # fmt: skip
+            task = tasks.get(name) or _load(cfg, name)
+            features = _feature_cache(task)
+            structure = ({"outlier_factor": cfg.outlier_factor, "variant_frac": cfg.variant_frac}
+                         if name.endswith("_subgroup") else {})  # fmt: skip
             arms = {f"{name}_{m}": m for m in cfg.methods}
             swept = sweep(
                 workdir, list(arms), cfg.seeds,
-                lambda arm, seed, task=task, name=name, arms=arms: _run(
+                lambda arm, seed, task=task, name=name, arms=arms, f=features, st=structure: _run(
                     dataclasses.replace(cfg.train, method=arms[arm], seed=seed),
-                    task, {**data, "task": name},
+                    task, {**data, "task": name, **st}, f,
                 ),
             )  # fmt: skip
             results[name] = {}
@@ -172,23 +231,31 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     writer.write(step, {**row, **{k: v for k, v in r.items() if k != "accuracy"}})
                     step += 1
                     print(
-                        f"{name:16s} {method:16s} seed={seed} last={r['last']:.3f} "
-                        f"best={r['best']:.3f} outlier_share={r['outlier_share']:.3f}",
+                        f"{name:24s} {method:16s} seed={seed} last={r['last']:.3f} "
+                        f"best={r['best']:.3f} outlier={r['outlier_share']:.3f} "
+                        f"variant={r['variant_share']:.3f} at_cap={r['at_cap']:.3f}",
                         flush=True,
                     )
                 results[name][method] = _stats(rows)
+            if "warmpot" in arms.values():
+                paired[name] = {
+                    m: _paired(swept[f"{name}_warmpot"], swept[f"{name}_{m}"])
+                    for m in cfg.methods if m != "warmpot"
+                }  # fmt: skip
         grid = {}
         if cfg.grid_seeds and not cfg.data:
-            task = load_task(cfg.grid_task, target_classes=cfg.target_classes,
-                             max_source=cfg.max_source, max_target=cfg.max_target)  # fmt: skip
+            task = _load(cfg, cfg.grid_task)
+            features = _feature_cache(task)
             points = {f"grid_{cfg.grid_task}_a{a}_b{b}": (a, b)
                       for a in cfg.grid_alphas for b in cfg.grid_betas}  # fmt: skip
+            structure = ({"outlier_factor": cfg.outlier_factor, "variant_frac": cfg.variant_frac}
+                         if cfg.grid_task.endswith("_subgroup") else {})  # fmt: skip
             swept = sweep(
                 workdir, list(points), cfg.grid_seeds,
                 lambda arm, seed: _run(
                     dataclasses.replace(cfg.train, method="warmpot", alpha=points[arm][0],
                                         beta=points[arm][1], seed=seed),
-                    task, {**data, "task": cfg.grid_task},
+                    task, {**data, "task": cfg.grid_task, **structure}, features,
                 ),
             )  # fmt: skip
             for arm, (alpha, beta) in points.items():
@@ -210,13 +277,16 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                           for k, v in grid.items()}})  # fmt: skip
         save_figure(fig, workdir / "grid.png")
     headline = {
-        t: {m: {k: (round(v[k]["mean"], 4), round(v[k]["sd"], 4)) for k in v} for m, v in r.items()}
+        t: {m: {k: (round(v[k]["mean"], 4), round(v[k]["sd"] or 0.0, 4)) for k in v}
+            for m, v in r.items()}
         for t, r in results.items()
-    }
-    for t, r in results.items():
-        if "warmpot" in r and "full_ot" in r:
-            headline[t]["warmpot_minus_full_ot_last"] = round(
-                r["warmpot"]["last"]["mean"] - r["full_ot"]["last"]["mean"], 4
-            )
+    }  # fmt: skip
+    for t, diffs in paired.items():
+        headline[t]["warmpot_minus"] = {
+            m: {"mean": round(d["mean"], 4), "sd": round(d["sd"] or 0.0, 4), "wins": d["wins"],
+                "n": d["n"], "per_seed": [round(x, 4) for x in d["per_seed"]]}
+            for m, d in diffs.items()
+        }  # fmt: skip
+    headline["seeds"] = len(cfg.seeds)
     headline["grid"] = {k: round(v["last"]["mean"], 4) for k, v in grid.items()}
-    return {"headline": headline, "results": results, "grid": grid}
+    return {"headline": headline, "results": results, "warmpot_minus": paired, "grid": grid}

@@ -15,6 +15,13 @@ of the source classes (partial DA, Cao et al. 2018; Naram et al., ICML 2025, Sec
 
 The target split is transductive, as in the partial-DA literature and the authors' code: the
 unlabelled target images the method adapts to are the ones its accuracy is measured on.
+
+Structure that per-sample weights can use and per-class weights cannot (:func:`load_task`'s
+``outlier_factor`` and ``variant_frac``): the outlier classes (absent from the target) oversampled
+by resampling with replacement, and a *variant* subgroup of the shared classes: a share of each
+shared class's source images rotated by a quarter turn (:func:`quarter_turn`), which the target
+never holds. Per-class weights must give a variant the weight of its class; a per-sample weight can
+give it none. ``DATask.variant`` flags those source points.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from jaxtyping import Float, Int, UInt8
+from jaxtyping import Bool, Float, Int, UInt8
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.images import load_digits_8x8, load_fashion_mnist, load_mnist
 
-__all__ = ["TASKS", "DATask", "area_downsample", "load_task", "to_optdigits"]
+__all__ = ["TASKS", "DATask", "area_downsample", "load_task", "quarter_turn", "to_optdigits"]
 
 TASKS = ("digits_to_mnist", "mnist_to_digits", "fashion")
 
@@ -40,6 +47,8 @@ class DATask(NamedTuple):
       xt, yt: target images ``(Nt, 64)`` and their labels (never used for training).
       num_classes: classes of the source label space.
       target_classes: the classes present in the target.
+      variant: per source point, whether it belongs to the shared-class subgroup the target does
+        not hold (None: no such subgroup).
     """
 
     xs: Float[np.ndarray, "Ns 64"]
@@ -48,6 +57,12 @@ class DATask(NamedTuple):
     yt: Int[np.ndarray, " Nt"]
     num_classes: int
     target_classes: tuple[int, ...]
+    variant: Bool[np.ndarray, " Ns"] | None = None
+
+    @property
+    def source_variant(self) -> Bool[np.ndarray, " Ns"]:
+        """``variant``, all False when the task has no such subgroup."""
+        return np.zeros(len(self.ys), bool) if self.variant is None else self.variant
 
     @property
     def outlier_classes(self) -> tuple[int, ...]:
@@ -94,6 +109,36 @@ def area_downsample(images: UInt8[np.ndarray, "N 28 28"]) -> Float[np.ndarray, "
     return padded.reshape(len(images), 8, 4, 8, 4).mean(axis=(2, 4)).astype(np.float32)
 
 
+def quarter_turn(x: Float[np.ndarray, "N 64"]) -> Float[np.ndarray, "N 64"]:
+    """Flattened 8×8 images turned a quarter (90° counter-clockwise): the variant subgroup."""
+    return np.rot90(x.reshape(len(x), 8, 8), k=1, axes=(1, 2)).reshape(len(x), 64).copy()
+
+
+def _structure(xs, ys, classes, outlier_factor, variant_frac, rng):
+    """Oversamples the outlier classes and turns a share of each shared class's images.
+
+    Outlier class images are resampled with replacement to ``outlier_factor`` times their count;
+    ``round(variant_frac · n_c)`` images of each shared class c, drawn at random, are replaced by
+    their :func:`quarter_turn` (labels kept) and flagged as variants.
+    """
+    parts_x, parts_y, parts_v = [], [], []
+    for c in range(10):
+        idx = np.flatnonzero(ys == c)
+        if c not in classes:
+            idx = np.concatenate([idx, rng.choice(idx, (outlier_factor - 1) * len(idx))])
+        x, v = xs[idx].copy(), np.zeros(len(idx), bool)
+        if c in classes:
+            turned = rng.permutation(len(idx))[: int(round(variant_frac * len(idx)))]
+            x[turned] = quarter_turn(x[turned])
+            v[turned] = True
+        parts_x.append(x)
+        parts_y.append(ys[idx])
+        parts_v.append(v)
+    order = rng.permutation(sum(len(p) for p in parts_y))
+    cat = lambda parts: np.concatenate(parts)[order]
+    return cat(parts_x), cat(parts_y), cat(parts_v)
+
+
 def _restrict(x, y, classes, limit, rng):
     # A seeded random order (the shipped MNIST is sorted by class), at most ``limit`` images.
     keep = rng.permutation(np.flatnonzero(np.isin(y, classes)))[:limit]
@@ -107,6 +152,8 @@ def load_task(
     max_source: int | None = 2000,
     max_target: int | None = 1000,
     seed: int = 0,
+    outlier_factor: int = 1,
+    variant_frac: float = 0.0,
 ) -> DATask:
     """Builds one of :data:`TASKS` (flattened 64-pixel images).
 
@@ -115,16 +162,25 @@ def load_task(
       target_classes: classes kept in the target (the source keeps all 10).
       max_source, max_target: subsample each domain to at most this many images (seeded; None
         keeps everything) to bound the cost of a run.
-      seed: seed of the subsampling.
+      seed: seed of the subsampling (and of the structure below).
+      outlier_factor: the source's outlier-class images are resampled with replacement to this
+        many times their count (after the ``max_source`` subsample; 1 = none).
+      variant_frac: the share of each shared class's source images replaced by their quarter
+        turn and flagged in ``DATask.variant`` (0 = no subgroup; the target never holds one).
 
     Raises:
-      ConfigError: unknown task or classes outside 0–9.
+      ConfigError: unknown task, classes outside 0–9, or structure out of range.
     """
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     classes = tuple(int(c) for c in target_classes)
     if not classes or any(c < 0 or c > 9 for c in classes) or len(set(classes)) != len(classes):
         raise ConfigError(f"target_classes must be distinct labels in 0..9, got {target_classes}")
+    if int(outlier_factor) != outlier_factor or outlier_factor < 1 or not 0 <= variant_frac < 1:
+        raise ConfigError(
+            f"need an integer outlier_factor >= 1 and 0 <= variant_frac < 1, got "
+            f"{outlier_factor} and {variant_frac}"
+        )
     rng = np.random.default_rng(seed)
     if name == "fashion":
         images, labels = load_fashion_mnist("train")
@@ -146,4 +202,8 @@ def load_task(
             xt, yt = _restrict(*digits, classes, max_target, rng)
     xs, ys = _restrict(xs, ys, tuple(range(10)), max_source, rng)
     flat = lambda x: np.asarray(x, np.float32).reshape(len(x), 64)
-    return DATask(flat(xs), ys.astype(np.int32), flat(xt), yt.astype(np.int32), 10, classes)
+    xs, ys = flat(xs), ys.astype(np.int32)
+    if outlier_factor == 1 and variant_frac == 0:
+        return DATask(xs, ys, flat(xt), yt.astype(np.int32), 10, classes)
+    xs, ys, variant = _structure(xs, ys, classes, int(outlier_factor), variant_frac, rng)
+    return DATask(xs, ys, flat(xt), yt.astype(np.int32), 10, classes, variant)

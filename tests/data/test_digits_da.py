@@ -5,7 +5,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.data.digits_da import area_downsample, load_task, to_optdigits
+from jaxlab.data.digits_da import area_downsample, load_task, quarter_turn, to_optdigits
 
 
 def test_a_solid_square_fills_the_grid_wherever_it_is():
@@ -52,8 +52,50 @@ def test_the_target_keeps_only_its_classes():
     assert task.xs.shape[1] == task.xt.shape[1] == 64 and task.xt.max() <= 1
 
 
-@pytest.mark.parametrize("kw", [{"name": "usps"}, {"name": "fashion", "target_classes": (11,)}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"name": "usps"},
+        {"name": "fashion", "target_classes": (11,)},
+        {"name": "digits_to_mnist", "outlier_factor": 0},
+        {"name": "digits_to_mnist", "variant_frac": 1.0},
+    ],
+)
 def test_bad_task_is_one_line(kw):
     with pytest.raises(ConfigError) as err:
         load_task(**kw)
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_the_structure_oversamples_outliers_and_turns_a_shared_subgroup_the_target_lacks():
+    kw = dict(target_classes=(0, 1, 2, 3, 4), max_source=400, max_target=300, seed=3)
+    base = load_task("digits_to_mnist", **kw)
+    task = load_task("digits_to_mnist", outlier_factor=3, variant_frac=0.25, **kw)
+    assert base.variant is None and not base.source_variant.any()
+    for c in range(10):
+        n_base, mine = int(np.sum(base.ys == c)), task.ys == c
+        if c in task.outlier_classes:  # resampled to 3x, never turned
+            assert mine.sum() == 3 * n_base and not task.variant[mine].any()
+            originals = {r.tobytes() for r in base.xs[base.ys == c]}
+            assert all(r.tobytes() in originals for r in task.xs[mine])
+        else:  # same count, a quarter of them turned (labels kept)
+            assert mine.sum() == n_base and task.variant[mine].sum() == round(0.25 * n_base)
+            turned = {r.tobytes() for r in quarter_turn(base.xs[base.ys == c])}
+            plain = {r.tobytes() for r in base.xs[base.ys == c]}
+            assert all(r.tobytes() in turned for r in task.xs[mine & task.variant])
+            assert all(r.tobytes() in plain for r in task.xs[mine & ~task.variant])
+    # The target holds none of the subgroup: it is the unstructured target, and no target image
+    # is a variant, so the target's mass on the subgroup is zero.
+    np.testing.assert_array_equal(task.xt, base.xt)
+    np.testing.assert_array_equal(task.yt, base.yt)
+    variants = {r.tobytes() for r in task.xs[task.variant]}
+    assert np.mean([r.tobytes() in variants for r in task.xt]) == 0.0
+    assert np.all(task.ys[task.variant] < 5)  # only shared classes have variants
+
+
+def test_a_quarter_turn_is_a_rotation():
+    x = np.arange(64, dtype=np.float32)[None]
+    img = x.reshape(8, 8)
+    turned = quarter_turn(x).reshape(8, 8)
+    assert turned[0, 0] == img[0, 7] and turned[7, 0] == img[0, 0]  # top-right goes top-left
+    np.testing.assert_array_equal(quarter_turn(quarter_turn(quarter_turn(quarter_turn(x)))), x)

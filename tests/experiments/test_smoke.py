@@ -81,3 +81,18 @@ def test_drrho_clip_smoke_reports_paired_differences_per_seed(smoke, tmp_path_fa
         got = first["drrho_minus"][other]["zero_shot_test"]
         assert got["n"] == len(want) and abs(got["mean"] - sum(want) / len(want)) < 1e-12
         assert first["headline"][f"drrho_minus_{other}"] == got["mean"]
+
+
+def test_warmpot_smoke_reports_paired_differences_per_seed(smoke, tmp_path_factory):
+    first, _, _, _ = smoke("warmpot_digits")
+    workdir = tmp_path_factory.getbasetemp() / "smoke_warmpot_digits"
+    setting = "digits_to_mnist_subgroup"
+    record = lambda m, s: json.loads((workdir / f"{setting}_{m}_seed{s}" / "run.json").read_text())
+    last = {m: [record(m, s)["result"]["last"] for s in (0, 1)] for m in ("warmpot", "source_only")}
+    diffs = [w - x for w, x in zip(last["warmpot"], last["source_only"], strict=True)]
+    paired = first["headline"][setting]["warmpot_minus"]["source_only"]
+    assert paired["per_seed"] == pytest.approx(diffs, abs=1e-4)
+    assert paired["mean"] == pytest.approx(sum(diffs) / 2, abs=1e-4)
+    assert paired["sd"] == pytest.approx(abs(diffs[0] - diffs[1]) / 2**0.5, abs=1e-4)  # sample sd
+    assert paired["wins"] == sum(d > 0 for d in diffs) and paired["n"] == 2
+    assert "at_cap" in first["headline"][setting]["warmpot"]

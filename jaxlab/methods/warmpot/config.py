@@ -13,6 +13,25 @@ Where the paper and the code differ:
 * the classifier loss is the weighted mean ``Σ w_i CE_i / Σ w_i`` as in the code's
   ``CrossEntropyWeighted`` (the paper's Eq. for the empirical bound weights by ``w_i`` directly;
   with ``Σ w = α`` the two differ by the factor ``α``, which the normalisation removes).
+
+The defaults are the authors' Office-Home settings where they carry over (paper Sec. 6 and the
+code's arguments): α = 0.8, β = 0.35, a class-balanced source sampler (``--balanced_sampler 1``),
+SGD with Nesterov momentum 0.9 and weight decay 5e-4, the code's ``inv`` schedule
+``lr_t = lr (1 + γ t)^(-0.75)`` with γ = 0.001 over 5,000 iterations, i.e. ``(1 + 5 t/T)^(-0.75)``
+(``inv_decay = γ T = 5``; DANN's ``(1 + 10 p)^(-0.75)`` is ``inv_decay = 10``), and 10× the
+learning rate on the layers that start fresh (the code's bottleneck and classifier, ``lr_mult``
+10; the pretrained ResNet-50 gets 1×). Their backbone is an ImageNet-pretrained ResNet-50; here
+``backbone="frozen"`` (the default) pre-trains this network's feature layers source-only for
+``pretrain_steps`` and freezes them, and a fresh bottleneck + classifier is trained on top, so every
+method sees the same features for a seed and differs only in its weighting (``end_to_end`` trains
+the whole MLP from scratch, as before). Frozen rather than fine-tuned at 1×: with a backbone that
+moves, a few hundred steps of a 20k-parameter MLP would let the methods differ in their features
+too, which is what this comparison holds fixed. ε and the η are not the authors' (their cost is
+on ResNet-50 features, ε = 7 on costs of that scale): the defaults ε = 0.1, η = (1, 0.1, 0.1) were
+picked on held-out seeds among settings where some caps ``1/(β n_s)`` bind (``at_cap`` in the
+run's results), the regime the paper's weights act in, and where WARMPOT does not collapse: with
+the label term leading (η2 = 1) and binding caps, the weights follow the classifier's early
+mistakes onto outlier classes (README, "How ε and η were chosen").
 """
 
 from __future__ import annotations
@@ -49,17 +68,28 @@ class WarmpotConfig:
     """
 
     method: MethodName = "warmpot"
-    alpha: float = 0.5
-    beta: float = 0.5
-    epsilon: float = 1.0
-    eta1: float = 0.1
-    eta2: float = 1.0
-    eta3: float = 0.5
+    alpha: float = 0.8
+    beta: float = 0.35
+    # ε and η: see the module docstring; the previous 1, (0.1, 1, 0.5) left every cap slack.
+    epsilon: float = 0.1
+    eta1: float = 1.0
+    eta2: float = 0.1
+    eta3: float = 0.1
     entropy: float = 0.0  # weight of the mean target prediction entropy (the code's --entropy)
     ramp_steps: int = 300  # steps over which α_t rises from 0.01 to α
     steps: int = 1000
     batch_size: int = 64
     learning_rate: float = 1e-3
+    optimizer: Literal["sgd", "adam"] = "sgd"  # sgd: Nesterov momentum 0.9, the authors'
+    momentum: float = 0.9
+    weight_decay: float = 5e-4  # the authors' (added to the gradient, as torch's SGD does)
+    lr_schedule: Literal["inv", "constant"] = "inv"
+    inv_decay: float = 5.0  # γ T of lr (1 + γ t)^(-0.75): the authors' 0.001 × 5,000 iterations
+    head_lr_mult: float = 10.0  # lr multiple of the layers that start fresh (the authors' 10)
+    sampler: Literal["balanced", "uniform"] = "balanced"  # source batches: classes equally often
+    backbone: Literal["frozen", "end_to_end"] = "frozen"
+    pretrain_steps: int = 300  # source-only Adam steps of the frozen backbone
+    pretrain_lr: float = 1e-3
     hidden: int = 128
     features: int = 64
     eval_every: int = 50
@@ -81,6 +111,14 @@ class WarmpotConfig:
         )
         check(self.ramp_steps >= 0 and self.learning_rate > 0, "need ramp_steps >= 0, lr > 0")
         check(0 <= self.pada_momentum < 1, "pada_momentum must be in [0, 1)")
+        check(0 <= self.momentum < 1 and self.weight_decay >= 0, "need 0 <= momentum < 1, wd >= 0")
+        check(
+            self.inv_decay >= 0 and self.head_lr_mult > 0, "need inv_decay >= 0, head_lr_mult > 0"
+        )
+        check(
+            self.pretrain_steps >= 1 and self.pretrain_lr > 0,
+            f"need pretrain_steps >= 1 and pretrain_lr > 0, got {self.pretrain_steps}",
+        )
 
     @property
     def weights(self) -> str:
