@@ -53,6 +53,7 @@ class Config:
     train: TrainConfig = TrainConfig()
 
     def __post_init__(self) -> None:
+        check(len(self.models) >= 1, f"models is empty; choose from {list(MODELS)}")
         for m in self.models:
             check(m in MODELS, f"unknown model {m!r}; choose from {list(MODELS)}")
         check_seeds(self.seeds)

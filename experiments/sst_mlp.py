@@ -44,6 +44,11 @@ class Config:
         bad = [m for m in self.methods if m not in METHODS]
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
         check_seeds(self.seeds)
+        check(
+            min(self.d_model, self.hidden, self.rows) >= 1,
+            f"d_model, hidden and rows must be >= 1, got {self.d_model}, {self.hidden}, "
+            f"{self.rows}",
+        )
 
 
 _TRAIN = dict(

@@ -27,6 +27,7 @@ import math
 import pathlib
 
 from jaxlab.core.config import TrainConfig, check, to_dict
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
@@ -39,6 +40,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
 from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.spectral import Spectral
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 LOW_RANK = ("lora", "relora", "galore")
@@ -63,6 +65,16 @@ class Config:
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
         check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
+        # The rank must fit every map SST converts: found here, not after the baselines trained.
+        for name, model, methods in (("model", self.model, self.methods),
+                                     ("rmt", self.rmt, self.rmt_methods)):  # fmt: skip
+            if "sst" not in methods:
+                continue
+            for d_in, d_out in model.linear_shapes():
+                try:
+                    Spectral.validate(d_in, d_out, rank=self.sst.rank)
+                except ConfigError as err:
+                    raise ConfigError(f"sst.rank for {name}'s maps: {err}") from None
 
 
 def _pair(width: int, layers: int, head_dim: int, seq_len: int, d_ff: int = 0):

@@ -85,6 +85,13 @@ class Config:
         if self.grid_seeds:
             check_seeds(self.grid_seeds, "grid_seeds")
         check(self.grid_task in SETTINGS, f"grid_task must be among {SETTINGS}")
+        check(
+            self.max_source >= 1 and self.max_target >= 1,
+            f"max_source and max_target must be >= 1, got {self.max_source}, {self.max_target}",
+        )
+        bad = [a for a in self.grid_alphas if not 0 < a <= 1]
+        bad += [b for b in self.grid_betas if b <= 0]
+        check(not bad, f"grid_alphas must lie in (0, 1] and grid_betas be > 0; got {bad}")
 
 
 PRESETS = {

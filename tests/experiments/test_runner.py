@@ -112,6 +112,24 @@ BAD_INPUT = [
      "train.steps=1000000000000 is more than 1,000,000,000 steps"),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
+    # Each of these once failed only after some training had run (issue 31).
+    ("sst-rank-above-width", ["--exp", "sst_pretrain", "--smoke", "--set", "sst.rank=64",
+     "--workdir", "{w}"], None, 2, "sst.rank for model's maps: rank=64 must lie in [1,"),
+    ("drrho-unknown-method", ["--exp", "drrho_clip", "--set", "methods=clip,nope"], None, 2,
+     "methods: 'nope' is not one of"),
+    ("drrho-batch-above-split", ["--exp", "drrho_clip", "--smoke", "--set",
+     "train.batch_size=1000", "--workdir", "{w}"], None, 2, "train.batch_size=1000 needs 2000"),
+    ("negative-seed", ["--exp", "drrho_clip", "--set", "seeds=-1"], None, 2,
+     "holds a negative seed"),
+    ("empty-models", ["--exp", "mlr_lm", "--set", "models="], None, 2, "models is empty"),
+    ("grid-alpha-above-1", ["--exp", "warmpot_digits", "--set", "grid_alphas=0.5,1.5"], None, 2,
+     "grid_alphas must lie in (0, 1]"),
+    ("max-source-0", ["--exp", "warmpot_digits", "--set", "max_source=0"], None, 2,
+     "max_source and max_target must be >= 1"),
+    ("warmpot-hidden-0", ["--exp", "warmpot_digits", "--set", "train.hidden=0"], None, 2,
+     "hidden and features must be >= 1"),
+    ("sst-mlp-hidden-0", ["--exp", "sst_mlp", "--set", "hidden=0"], None, 2,
+     "d_model, hidden and rows must be >= 1"),
 ]  # fmt: skip
 
 

@@ -116,6 +116,10 @@ class WarmpotConfig:
             self.inv_decay >= 0 and self.head_lr_mult > 0, "need inv_decay >= 0, head_lr_mult > 0"
         )
         check(
+            self.hidden >= 1 and self.features >= 1,
+            f"hidden and features must be >= 1, got {self.hidden} and {self.features}",
+        )
+        check(
             self.pretrain_steps >= 1 and self.pretrain_lr > 0,
             f"need pretrain_steps >= 1 and pretrain_lr > 0, got {self.pretrain_steps}",
         )
