@@ -31,7 +31,7 @@ from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 MODELS = ("mha", "swa", "gswa", "mlr", "rmt_mha", "rmt_mlr")
@@ -72,11 +72,13 @@ class Config:
         common = dict(vocab_size=256, seq_len=self.seq_len, num_layers=self.num_layers)
         heads = self.d_model // self.head_dim
         if name.startswith("rmt_"):
-            return RMTConfig(
+            cfg = RMTConfig(
                 rank=heads, d_key=self.rmt_d_key, d_value=self.head_dim, d_ff=4 * self.d_model,
                 **common, **attention,
             )  # fmt: skip
-        return TransformerConfig(d_model=self.d_model, num_heads=heads, **common, **attention)
+        else:
+            cfg = TransformerConfig(d_model=self.d_model, num_heads=heads, **common, **attention)
+        return fit_vocab(cfg, self.data)  # a shard corpus's vocabulary (bytes: 256)
 
 
 _TRAIN = dict(batch_size=16, learning_rate=3e-3, keep_checkpoints=1)

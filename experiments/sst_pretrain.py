@@ -39,7 +39,7 @@ from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.spectral import Spectral
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -65,6 +65,8 @@ class Config:
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
         check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
+        for model in (self.model, self.rmt):  # a bad data source or vocabulary fails here
+            fit_vocab(model, self.data)
         # The rank must fit every map SST converts: found here, not after the baselines trained.
         for name, model, methods in (("model", self.model, self.methods),
                                      ("rmt", self.rmt, self.rmt_methods)):  # fmt: skip
@@ -194,8 +196,14 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("sst_pretrain", PRESETS, preset)
 
 
+def _model(cfg: Config, arch: str) -> TransformerConfig | RMTConfig:
+    """The architecture's config with the data's vocabulary (a shard corpus's; bytes: 256)."""
+    return fit_vocab(cfg.model if arch == "transformer" else cfg.rmt, cfg.data)
+
+
 def _tasks(cfg: Config, arch: str, method: str, seed: int) -> LowRankTask:
-    model_cfg, cls = (cfg.model, Transformer) if arch == "transformer" else (cfg.rmt, RMT)
+    model_cfg = _model(cfg, arch)
+    cls = Transformer if arch == "transformer" else RMT
     build = lambda r: cls(model_cfg, rngs=r)  # noqa: E731
     inner = LMTask(build=build, seq_len=model_cfg.seq_len, source=cfg.data)
     return LowRankTask(inner, dataclasses.replace(cfg.sst, method=method, seed=seed))
@@ -206,7 +214,7 @@ def _run(cfg: Config, arch: str, method: str, seed: int) -> Run:
     task = _tasks(cfg, arch, method, seed)
     train = dataclasses.replace(cfg.train, seed=seed)
     record = {"arch": arch, "method": method, "train": to_dict(train), "sst": to_dict(task.sst)}
-    model = to_dict(cfg.model if arch == "transformer" else cfg.rmt)
+    model = to_dict(_model(cfg, arch))
     full = {**record, "model": model, "data": cfg.data, "mesh": to_dict(cfg.mesh)}
 
     def fit(workdir: pathlib.Path) -> dict:

@@ -38,7 +38,7 @@ from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep, value_at
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.matched import matched_transformer
 from jaxlab.nn.layers import count_params, non_embedding_params
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.transformer import Transformer
 
 
@@ -56,11 +56,12 @@ class Config:
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
+        self.models()  # a bad data source or vocabulary fails here, before any training
 
     def models(self) -> dict[str, tuple[type, object]]:
         shared = dict(seq_len=self.seq_len, num_layers=self.num_layers, num_heads=self.num_heads,
                       d_model=self.d_model, norm="rmsnorm")  # fmt: skip
-        xcfg = xLSTMConfig(chunk_size=self.chunk_size, **shared)
+        xcfg = fit_vocab(xLSTMConfig(chunk_size=self.chunk_size, **shared), self.data)
         return {"xlstm": (xLSTM, xcfg), "transformer": (Transformer, matched_transformer(xcfg))}
 
 

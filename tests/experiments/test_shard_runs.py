@@ -8,6 +8,7 @@ same command SIGKILLed after its first checkpoint and re-run (identical metrics)
 ``tests/core/test_processes.py`` (:mod:`jaxlab.testing.processes`).
 """
 
+import json
 import subprocess
 import sys
 
@@ -99,3 +100,23 @@ def test_rmt_scaling_smoke_from_shards(repo_root, data, tmp_path, capsys):
     assert "tokens fraction" in capsys.readouterr().out
     rows = [r for r in read_metrics(tmp_path / "rmt_D32_seed0") if "eval_bits_per_token" in r]
     assert rows and rows[-1]["eval_loss"] > 0
+
+
+# Every language-model experiment takes its vocabulary from the shards (a config left at 256
+# bytes takes the index's), at smoke size with one seed and the fewest arms that still train.
+BPE_RUNS = {
+    "xlstm_lm": ["--set=seeds=0"],
+    "mlr_lm": ["--set=seeds=0", "--set=models=mha,mlr"],
+    "sst_pretrain": ["--set=methods=full,sst", "--set=rmt_methods=", "--set=time_rounds=0"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BPE_RUNS))
+def test_language_model_experiments_train_on_bpe_shards(name, repo_root, data, tmp_path):
+    sys.path.insert(0, str(repo_root / "experiments"))
+    import run  # experiments/run.py
+
+    args = [f"--exp={name}", "--smoke", "--workdir", str(tmp_path), data[0], *BPE_RUNS[name]]
+    assert run.main(args) == 0
+    configs = [json.loads(p.read_text()) for p in tmp_path.glob("*_seed0/run.json")]
+    assert configs and all(c["config"]["model"]["vocab_size"] == 512 for c in configs)
