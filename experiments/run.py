@@ -22,7 +22,7 @@ sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installin
 from jaxlab.core import experiment  # noqa: E402
 from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
-from jaxlab.core.errors import ConfigError, RunError  # noqa: E402
+from jaxlab.core.errors import ConfigError, RunError, disk_full, is_disk_full  # noqa: E402
 
 
 def print_headline(headline: dict | None) -> None:
@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk outside the checkpoints: metrics, plots, summaries
+        if not is_disk_full(err):
+            raise
+        where = args.workdir or f"runs/{args.exp}"
+        print(f"error: {disk_full(where, 'writing the run')}", file=sys.stderr)
+        return 1
     print_headline(summary.get("headline"))
     shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}
     print("summary:", ", ".join(f"{k}={v}" for k, v in shown.items()))

@@ -14,10 +14,17 @@ directory listing, so no two processes rename the same directory.
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import logging
+import os
 import pathlib
 import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import grain
@@ -25,7 +32,7 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from jaxlab.core.errors import RunError
+from jaxlab.core.errors import RunError, disk_full, is_disk_full
 
 __all__ = ["Checkpointer", "Restored"]
 
@@ -43,6 +50,52 @@ def sync_processes(name: str) -> None:
     """A barrier across the processes of a multi-process run (nothing to wait for otherwise)."""
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+class _Held:
+    """What a process wrote to stderr while held; :meth:`drop` discards it."""
+
+    def __init__(self, file: Any):
+        self.file, self.dropped = file, False
+
+    def drop(self) -> None:
+        self.dropped = True
+
+
+def _settle_threads(quiet: float = 0.5, limit: float = 10.0) -> None:
+    """Waits until no thread has started or ended for ``quiet`` seconds (at most ``limit``)."""
+    start = last_change = time.monotonic()
+    seen = {t.ident for t in threading.enumerate()}
+    while time.monotonic() - last_change < quiet and time.monotonic() - start < limit:
+        time.sleep(0.05)
+        now = {t.ident for t in threading.enumerate()}
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+    gc.collect()  # orbax's failed tasks log when collected: here, while stderr is held
+
+
+@contextlib.contextmanager
+def _held_stderr() -> Iterator[_Held]:
+    """Holds back the process's stderr (file descriptor 2, which orbax's and tensorstore's threads
+    write to) and writes it out afterwards unless dropped. A full disk makes them print hundreds of
+    lines of tracebacks for one failed save; the caller then drops them and raises one line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        held = _Held(tmp)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not held.dropped:
+                tmp.seek(0)
+                text = tmp.read()
+                if text:
+                    sys.stderr.write(text.decode(errors="replace"))
+                    sys.stderr.flush()
 
 
 class Checkpointer:
@@ -66,6 +119,7 @@ class Checkpointer:
     ):
         self.directory = pathlib.Path(directory).absolute()
         self.primary = jax.process_index() == 0 if primary is None else primary
+        self._held: contextlib.ExitStack | None = None  # stderr held after a failed save
         self.barrier = barrier
         self.manager = ocp.CheckpointManager(
             self.directory,
@@ -79,17 +133,37 @@ class Checkpointer:
         return sorted(self.manager.all_steps())
 
     def save(self, step: int, state: Any, iterator: Any, meta: dict[str, Any]) -> None:
-        """Writes checkpoint ``step`` (blocking until it is on disk)."""
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                data=grain.checkpoint.CheckpointSave(iterator),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
-        )
-        self.manager.wait_until_finished()
+        """Writes checkpoint ``step`` (blocking until it is on disk).
+
+        Raises:
+          RunError: the disk is full (one line; orbax's own error logs are held back while it
+            saves, and the step's partial files are left to orbax, which never lists them).
+        """
+        stack = contextlib.ExitStack()
+        held = stack.enter_context(_held_stderr())
+        try:
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state),
+                    data=grain.checkpoint.CheckpointSave(iterator),
+                    meta=ocp.args.JsonSave(meta),
+                ),
+                force=True,
+            )
+            self.manager.wait_until_finished()
+        except Exception as err:
+            if not is_disk_full(err):
+                stack.close()
+                raise
+            # orbax's writer threads go on failing after the save has given up, until the manager
+            # is closed: their tracebacks and "task exception never retrieved" logs say nothing
+            # more, so stderr stays held (and is then dropped) until close() has let them finish.
+            held.drop()
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+            self._held = stack
+            raise disk_full(self.directory, f"saving checkpoint {step}") from None
+        stack.close()
 
     def restore(self, abstract_state: Any, iterator: Any) -> Restored | None:
         """Restores the newest readable step into ``iterator`` and a state like ``abstract_state``.
@@ -156,4 +230,10 @@ class Checkpointer:
         )
 
     def close(self) -> None:
-        self.manager.close()
+        try:
+            self.manager.close()
+        finally:
+            if self._held is not None:  # after a full disk (see save)
+                _settle_threads()
+                self._held.close()
+                self._held = None

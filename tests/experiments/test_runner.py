@@ -2,6 +2,7 @@
 each give one line, and the workdir rules (late errors, locks, resuming after a divergence)."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from jaxlab.core import experiment
 from jaxlab.core.errors import RunError
 from jaxlab.core.metrics import read_metrics
-from jaxlab.testing.processes import hold_workdir
+from jaxlab.testing.processes import cpu_env, hold_workdir
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +258,30 @@ def test_every_preset_of_every_experiment_builds(repo_root):
             assert experiment.resolve_config(module, overrides, preset == "smoke")[0] == preset
             built += 1
     assert built > 2 * len(experiment.available(exp_dir))
+
+
+def test_a_full_disk_during_training_is_one_line_and_the_run_resumes(repo_root, tmp_path):
+    # A real full disk: a small tmpfs (root can mount one; skipped elsewhere), and the real
+    # command in its own process, whose whole stderr is read: orbax's writer threads print
+    # hundreds of lines there when a save fails; the runner prints one and exits 1, and once there
+    # is room the same command finishes the run from its last checkpoint.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    command = [sys.executable, "experiments/run.py", *LM, "--smoke", "--set", "train.steps=20",
+               "--set", "train.checkpoint_every=10", "--workdir", str(disk / "run")]  # fmt: skip
+    try:
+        full = subprocess.run(
+            command, cwd=repo_root, env=cpu_env(8), capture_output=True, text=True, timeout=300
+        )
+        err = full.stderr.strip()
+        assert full.returncode == 1 and len(err.splitlines()) == 1, err[-3000:]
+        assert err.startswith("error: no space left on the device of")
+        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        again = subprocess.run(command, cwd=repo_root, env=cpu_env(8), capture_output=True)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert json.loads((disk / "run" / "summary.json").read_text())["final_step"] == 20
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
