@@ -131,6 +131,8 @@ BAD_INPUT = [
      "hidden and features must be >= 1"),
     ("sst-mlp-hidden-0", ["--exp", "sst_mlp", "--set", "hidden=0"], None, 2,
      "d_model, hidden and rows must be >= 1"),
+    ("warmpot-infinite-lr", ["--exp", "warmpot_digits", "--set", "train.learning_rate=inf"], None,
+     2, "train.learning_rate: not a finite number"),
 ]  # fmt: skip
 
 

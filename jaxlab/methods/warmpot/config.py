@@ -37,6 +37,7 @@ mistakes onto outlier classes (README, "How ε and η were chosen").
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from jaxlab.core.config import check, check_choices
@@ -109,7 +110,12 @@ class WarmpotConfig:
             self.eval_every >= 1 and self.steps % self.eval_every == 0,
             f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
         )
-        check(self.ramp_steps >= 0 and self.learning_rate > 0, "need ramp_steps >= 0, lr > 0")
+        check(self.ramp_steps >= 0, f"ramp_steps must be >= 0, got {self.ramp_steps}")
+        names = ("learning_rate", "pretrain_lr", "epsilon", "alpha", "beta", "eta1", "eta2", "eta3",
+                 "entropy", "momentum", "weight_decay")  # fmt: skip
+        bad = [k for k in names if not math.isfinite(getattr(self, k))]
+        check(not bad, f"train.{', train.'.join(bad)}: not a finite number")
+        check(self.learning_rate > 0, f"learning_rate must be positive, got {self.learning_rate}")
         check(0 <= self.pada_momentum < 1, "pada_momentum must be in [0, 1)")
         check(0 <= self.momentum < 1 and self.weight_decay >= 0, "need 0 <= momentum < 1, wd >= 0")
         check(
