@@ -40,7 +40,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from jaxlab.core.config import check, check_choices
+from jaxlab.core.config import MAX_STEPS, check, check_choices
 
 __all__ = ["METHODS", "MethodName", "WarmpotConfig"]
 
@@ -106,6 +106,7 @@ class WarmpotConfig:
         check(self.epsilon > 0, f"epsilon must be positive, got {self.epsilon}")
         check(min(self.eta1, self.eta2, self.eta3, self.entropy) >= 0, "etas must be >= 0")
         check(self.steps >= 1 and self.batch_size >= 2, "need steps >= 1 and batch_size >= 2")
+        check(self.steps <= MAX_STEPS, f"steps={self.steps} is more than {MAX_STEPS:,} steps")
         check(
             self.eval_every >= 1 and self.steps % self.eval_every == 0,
             f"steps ({self.steps}) must be a multiple of eval_every ({self.eval_every})",
