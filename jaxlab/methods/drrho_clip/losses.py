@@ -155,8 +155,7 @@ def gate_off(
         (txt_BD, img_BD, ref_txt_BE, ref_img_BE),
     ):
         d_BN, neg_BN = margins(anchor, cand, r_anchor, r_cand, tau=tau)
-        log_mean = jax.nn.logsumexp(jnp.where(neg_BN, d_BN, -jnp.inf), axis=1) - math.log(count)
-        rows.append(log_mean < math.log(eps))
+        rows.append(_log_eps_mean(d_BN, neg_BN, 0.0, count) < math.log(eps))  # log m_i < log ε
     return jnp.stack(rows)
 
 
