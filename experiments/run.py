@@ -19,6 +19,11 @@ import sys
 EXP_DIR = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installing, too.
 
+# Before the heavy imports, so that --profile-startup can time them.
+from jaxlab.core.startup import StartupProfile  # noqa: E402
+
+PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else None
+
 from jaxlab.core import experiment  # noqa: E402
 from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
@@ -50,7 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny shapes, under a minute")
     parser.add_argument("--workdir", help="run directory (default runs/NAME)")
+    parser.add_argument(
+        "--profile-startup",
+        action="store_true",
+        help="print where the wall time went (imports, compilation, run) to stderr at the end",
+    )
     args = parser.parse_args(argv)
+    profile = PROFILE if args.profile_startup else None
+    if profile is not None:
+        profile.mark("runner imports (jaxlab.core)")
 
     try:
         if args.list:
@@ -75,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         enable_compilation_cache()
         summary = experiment.launch(
-            EXP_DIR, args.exp, overrides=overrides, smoke=args.smoke, workdir=args.workdir
+            EXP_DIR,
+            args.exp,
+            overrides=overrides,
+            smoke=args.smoke,
+            workdir=args.workdir,
+            profile=profile,
         )
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -99,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         f"full summary: {args.workdir or 'runs/' + args.exp + ('_smoke' if args.smoke else '')}"
         "/summary.json"
     )
+    if profile is not None:
+        profile.mark("summary printed")
+        print(profile.report(), file=sys.stderr)
     return 0
 
 

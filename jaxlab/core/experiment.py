@@ -53,6 +53,7 @@ from typing import Any
 from jaxlab.core.config import apply_overrides, config_diff, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
+from jaxlab.core.startup import StartupProfile
 from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
 
 __all__ = ["available", "claim", "launch", "load", "resolve_config", "select_preset"]
@@ -188,8 +189,12 @@ def launch(
     overrides: dict[str, str] | None = None,
     smoke: bool = False,
     workdir: str | pathlib.Path | None = None,
+    profile: StartupProfile | None = None,
 ) -> dict[str, Any]:
     """Resolves the config, locks the workdir, writes ``config.json``, runs, writes the summary.
+
+    ``profile`` (from ``run.py --profile-startup``) is told where each phase ends and listens to
+    JAX's compilation events during the run.
 
     Raises:
       ConfigError: a bad config or workdir (nothing is written).
@@ -197,6 +202,8 @@ def launch(
         the run cannot go on.
     """
     module = load(exp_dir, name)
+    if profile is not None:
+        profile.mark(f"import of experiments/{name}.py")
     preset, cfg = resolve_config(module, overrides or {}, smoke)
     if workdir is None:
         workdir = pathlib.Path("runs") / (f"{name}_smoke" if smoke else name)
@@ -206,6 +213,9 @@ def launch(
     from jaxlab.core.mesh import maybe_initialize_distributed  # deferred: it imports JAX
 
     maybe_initialize_distributed()
+    if profile is not None:
+        profile.listen_to_jax()
+        profile.mark("config, workdir, distributed set-up")
     record = {"experiment": name, "preset": preset, "config": to_dict(cfg)}
     with workdir_lock(workdir):
         _check_resumable(workdir, record)
@@ -217,4 +227,6 @@ def launch(
         summary.setdefault("preset", preset)
         summary["wall_seconds"] = round(time.perf_counter() - start, 2)
         write_json(workdir / "summary.json", summary)
+        if profile is not None:
+            profile.mark("run (data, compilation, steps, eval, checkpoints)")
     return summary

@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
 from jaxlab.core.scaling import PowerLawFit, predict
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "bars_figure",
@@ -33,6 +36,13 @@ __all__ = [
 
 _FIGSIZE = (6.0, 4.0)
 _DPI = 120
+
+
+def _figure(**kwargs) -> Figure:
+    """A new Figure; matplotlib is imported on the first figure, not with jaxlab (start-up time)."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> pathlib.Path:
@@ -68,7 +78,7 @@ def curves_figure(
     Returns:
         The figure.
     """
-    fig = Figure(figsize=_FIGSIZE)
+    fig = _figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
     for name, (x, y) in series.items():
         ax.plot(np.asarray(x), np.asarray(y), marker="o", markersize=3, label=name)
@@ -110,7 +120,7 @@ def pairs_figure(
     """
     groups = list(dict.fromkeys(g for g, _ in curves))
     variants = list(dict.fromkeys(v for _, v in curves))
-    fig = Figure(figsize=_FIGSIZE)
+    fig = _figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
     for (group, variant), curve in curves.items():
         color = f"C{groups.index(group) % 10}"
@@ -153,7 +163,7 @@ def scaling_figure(
     Returns:
         The figure.
     """
-    fig = Figure(figsize=_FIGSIZE)
+    fig = _figure(figsize=_FIGSIZE)
     ax = fig.add_subplot()
     fits = fits or {}
     for i, (name, (x, y)) in enumerate(points.items()):
@@ -201,7 +211,7 @@ def panels_figure(
         The figure.
     """
     names = list(dict.fromkeys(name for curves in panels.values() for name in curves))
-    fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.75, _FIGSIZE[1]))
+    fig = _figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.75, _FIGSIZE[1]))
     for k, (ylabel, curves) in enumerate(panels.items()):
         ax = fig.add_subplot(1, len(panels), k + 1)
         for name, (x, y) in curves.items():
@@ -242,7 +252,7 @@ def matrix_figure(
     Returns:
         The figure.
     """
-    fig = Figure(figsize=(_FIGSIZE[1] * 1.15, _FIGSIZE[1]))
+    fig = _figure(figsize=(_FIGSIZE[1] * 1.15, _FIGSIZE[1]))
     ax = fig.add_subplot()
     im = ax.imshow(np.asarray(matrix), cmap=cmap, vmin=vmin, vmax=vmax)
     if labels is not None:
@@ -263,7 +273,7 @@ def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -
     Returns:
         The figure.
     """
-    fig = Figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.6, _FIGSIZE[1] * 0.85))
+    fig = _figure(figsize=(_FIGSIZE[0] * max(len(panels), 1) * 0.6, _FIGSIZE[1] * 0.85))
     for k, (name, bars) in enumerate(panels.items()):
         ax = fig.add_subplot(1, len(panels), k + 1)
         ax.barh(list(bars), [float(v) for v in bars.values()])
@@ -296,7 +306,7 @@ def traces_figure(
     Returns:
         The figure.
     """
-    fig = Figure(figsize=(11.0, 4.2))
+    fig = _figure(figsize=(11.0, 4.2))
     ax_it, ax_t = fig.subplots(1, 2)
     for name, (values, seconds) in traces.items():
         values = np.asarray(values, np.float64)

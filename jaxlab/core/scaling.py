@@ -18,7 +18,6 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-import scipy.optimize
 from jaxtyping import Float
 from numpy.typing import ArrayLike
 
@@ -205,6 +204,8 @@ def fit_power_law(x: ArrayLike, loss: ArrayLike, *, with_offset: bool = True) ->
         return np.stack([e, -u * e, np.ones_like(u)], axis=-1)
 
     alpha0, b0, c0 = _initial_guess(u, y)
+    import scipy.optimize  # deferred: start-up time of runs that fit nothing
+
     with warnings.catch_warnings():
         # A singular covariance comes back as inf entries, which the caller sees in the errors.
         warnings.simplefilter("ignore", scipy.optimize.OptimizeWarning)

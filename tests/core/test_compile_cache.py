@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -33,19 +34,41 @@ def test_suite_never_writes_into_home():
     assert path is None or not path.is_relative_to(pathlib.Path.home())
 
 
-def test_run_py_fills_the_cache_it_is_given(repo_root, tmp_path):
+def _cache_counts(stderr: str) -> tuple[int, int]:
+    match = re.search(r"persistent cache: (\d+) hits, (\d+) misses", stderr)
+    assert match, f"no start-up profile in stderr:\n{stderr[-2000:]}"
+    return int(match[1]), int(match[2])
+
+
+def test_run_py_fills_the_cache_and_a_second_start_compiles_nothing(repo_root, tmp_path):
     env = dict(os.environ, JAXLAB_COMPILATION_CACHE=str(tmp_path / "cache"), JAX_PLATFORMS="cpu")
-    command = [
-        sys.executable,
-        "experiments/run.py",
-        "--exp=lm_baseline",
-        "--smoke",
-        "--workdir",
-        str(tmp_path / "run"),
-        "--set",
-        "train.steps=2",
-        "--set",
-        "train.tensorboard=false",
-    ]
-    subprocess.run(command, cwd=repo_root, env=env, check=True, capture_output=True, timeout=300)
+
+    def start(workdir: str) -> str:
+        command = [
+            sys.executable,
+            "experiments/run.py",
+            "--exp=lm_baseline",
+            "--smoke",
+            "--workdir",
+            str(tmp_path / workdir),
+            "--set",
+            "train.steps=2",
+            "--set",
+            "train.tensorboard=false",
+            "--profile-startup",
+        ]
+        done = subprocess.run(
+            command, cwd=repo_root, env=env, check=True, capture_output=True, text=True, timeout=300
+        )
+        return done.stderr
+
+    first = start("first")
     assert len(list(pathlib.Path(tmp_path / "cache").iterdir())) > 0
+    hits, misses = _cache_counts(first)
+    assert misses > 0
+    # The same run in a new workdir: every program comes from the cache (JAX's own counters).
+    hits_again, misses_again = _cache_counts(start("second"))
+    assert (hits_again, misses_again) == (hits + misses, 0)
+    parts = ("start-up profile", "import of experiments/lm_baseline.py", "  jax ", "train_step")
+    for part in parts:
+        assert part in first
