@@ -36,7 +36,9 @@ AttentionImplName = Literal[tuple(i.value for i in AttentionImpl)]  # type: igno
 NormName = Literal["layernorm", "rmsnorm"]
 PositionsName = Literal["learned", "alibi"]
 AlibiName = Literal["press", "geometric"]
-DType = Literal["float32", "bfloat16"]
+# float64 is for tests against float64 references (needs ``jax.enable_x64``); models that accept
+# it say so.
+DType = Literal["float32", "bfloat16", "float64"]
 
 # What every ``.paper(size)`` preset shares: the RMT paper's GPT-2 vocabulary and context (Table 2).
 PAPER_COMMON = {"vocab_size": 50257, "seq_len": 512}

@@ -10,8 +10,9 @@ mLSTM layer (paper Sec. 3.1): q, k, v projections of the normed input x (through
 linear factory, so structured kinds apply), per-head scalar input and forget gates ``W x + b``
 soft-capped at 15 (input-gate bias -10, forget-gate biases linspace(3, 6) over heads), the mLSTM
 cell (:func:`jaxlab.methods.xlstm.mlstm`), a per-head LayerNorm of the cell output (weight, no
-bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gates, norms and the
-recurrent state are float32 whatever ``cfg.dtype`` is.
+bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gates, norms, logits
+and the recurrent state are float32 when ``cfg.dtype`` is float32 or bfloat16, and float64 when it
+is float64 (``jnp.promote_types(dtype, float32)``; the float64 reference tests run that way).
 
 Packed rows. At the first token of every document (and of the row) the forget gate is closed
 (``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
@@ -57,6 +58,11 @@ __all__ = ["XLSTMCache", "mLSTMBlock", "sLSTMBlock", "soft_cap", "stack_blocks",
 F32 = jnp.float32
 
 
+def _acc(dtype) -> jnp.dtype:
+    """The dtype gates, norms and the state are computed in: float32, or float64 for float64."""
+    return jnp.promote_types(dtype, F32)
+
+
 class XLSTMCache(NamedTuple):
     """The xLSTM's generation cache: the recurrent states after the tokens seen, and their count.
 
@@ -78,21 +84,26 @@ def soft_cap(x: Array, cap: float) -> Array:
 
 def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
     return nnx.RMSNorm(
-        dim, epsilon=cfg.norm_eps, dtype=F32, param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs
-    )
+        dim, epsilon=cfg.norm_eps, dtype=_acc(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
+        rngs=rngs,
+    )  # fmt: skip
 
 
 class HeadGates(nnx.Module):
-    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), float32, soft-capped."""
+    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), soft-capped; parameters and
+    product in float32 (float64 for a float64 model)."""
 
-    def __init__(self, d: int, heads: int, bias: np.ndarray, std: float, cap: float, rngs):
+    def __init__(self, d, heads, bias: np.ndarray, std: float, cap: float, param_dtype, rngs):
+        dtype = _acc(param_dtype)
         init = param_init(nnx.initializers.normal(std), ("embed", None))
-        self.kernel = nnx.Param(init(rngs.params(), (d, heads), F32))
-        self.bias = nnx.Param(jnp.asarray(bias, F32))
+        self.kernel = nnx.Param(init(rngs.params(), (d, heads), dtype))
+        self.bias = nnx.Param(jnp.asarray(bias, dtype))
         self.cap = cap
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
-        return soft_cap(x_BTE.astype(F32) @ self.kernel[...] + self.bias[...], self.cap)
+        acc = _acc(x_BTE.dtype)
+        pre_BTH = x_BTE.astype(acc) @ self.kernel[...].astype(acc) + self.bias[...].astype(acc)
+        return soft_cap(pre_BTH, self.cap)
 
 
 class mLSTMLayer(nnx.Module):  # noqa: N801
@@ -109,8 +120,9 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
         self.ogate = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
         self.out = linear(v, E, std=std_out, axes=("heads", "embed"), rngs=rngs)
         cap = cfg.gate_soft_cap
-        self.igate = HeadGates(E, NH, np.full(NH, cfg.igate_bias), std_in, cap, rngs)
-        self.fgate = HeadGates(E, NH, np.linspace(*cfg.fgate_bias_range, NH), std_in, cap, rngs)
+        pd = cfg.param_dtype
+        self.igate = HeadGates(E, NH, np.full(NH, cfg.igate_bias), std_in, cap, pd, rngs)
+        self.fgate = HeadGates(E, NH, np.linspace(*cfg.fgate_bias_range, NH), std_in, cap, pd, rngs)
         self.norm = MultiHeadNorm(NH, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
         self.heads, self.dk, self.dv = NH, cfg.qk_head_dim, cfg.v_head_dim
         self.form, self.chunk_size, self.eps = cfg.cell_form, cfg.chunk_size, cfg.cell_eps
@@ -141,7 +153,7 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
                 initial_state=state, return_state=True, eps=self.eps,
             )  # fmt: skip
         h_BTV = self.norm(h_BHTV.transpose(0, 2, 1, 3))
-        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(F32))
+        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(h_BTV.dtype))
         return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
 
 
@@ -211,7 +223,8 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
 
 
 class xLSTM(nnx.Module):  # noqa: N801
-    """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32)."""
+    """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
+    model)."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -249,7 +262,8 @@ class xLSTM(nnx.Module):  # noqa: N801
                 x_BTE = constrain(x_BTE, "batch", None, None)
                 new_states.append(state)
             new_states = tuple(new_states)
-        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype)).astype(F32)
+        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype))
+        logits_BTV = logits_BTV.astype(_acc(self.embed.dtype))
         return soft_cap(logits_BTV, self.cfg.logit_soft_cap), new_states
 
     def _scan_blocks(self, x_BTE, reset_BT, states):
@@ -289,15 +303,16 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Zero recurrent states for every block; their size does not depend on ``max_len``."""
         del max_len
         c = self.cfg
+        dt = _acc(c.dtype)
         if c.scan_blocks:  # one state stacked over the blocks, as the scan's xs
-            state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim, dt)
             stacked = jax.tree.map(lambda x: jnp.zeros((c.num_layers, *x.shape), x.dtype), state)
             return XLSTMCache(stacked, jnp.zeros((), jnp.int32))
         # A fresh buffer per block: a donated cache must not hold one buffer twice.
         states = tuple(
             zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
             if n in c.slstm_blocks
-            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim, dt)
             for n in range(c.num_layers)
         )
         return XLSTMCache(states, jnp.zeros((), jnp.int32))
