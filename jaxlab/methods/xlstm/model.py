@@ -53,7 +53,16 @@ from jaxlab.methods.xlstm.slstm import SLSTMState, sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
 
-__all__ = ["XLSTMCache", "mLSTMBlock", "sLSTMBlock", "soft_cap", "stack_blocks", "xLSTM"]
+__all__ = [
+    "InitStds",
+    "XLSTMCache",
+    "init_stds",
+    "mLSTMBlock",
+    "sLSTMBlock",
+    "soft_cap",
+    "stack_blocks",
+    "xLSTM",
+]
 
 F32 = jnp.float32
 
@@ -80,6 +89,39 @@ class XLSTMCache(NamedTuple):
 def soft_cap(x: Array, cap: float) -> Array:
     """``cap * tanh(x / cap)`` (paper Sec. 3.2; Gemma 2's logit capping); ``cap = 0`` disables."""
     return cap * jnp.tanh(x / cap) if cap else x
+
+
+class InitStds(NamedTuple):
+    """Standard deviations of the xLSTM's matrices under ``cfg.init`` (:func:`init_stds`)."""
+
+    embed: float
+    unembed: float
+    proj: float  # q, k, v and the SwiGLU's gate and up maps
+    gates: float  # the input- and forget-gate kernels
+    ogate: float
+    mlstm_out: float  # the out projection, last map of the mLSTM branch
+    ffn_down: float  # the SwiGLU's down map, last map of the FFN branch
+
+
+def init_stds(cfg: xLSTMConfig) -> InitStds:
+    """The init of every matrix: the shared rule of :mod:`jaxlab.nn.init` for ``gpt2`` and
+    ``fan_in``; for ``authors`` the xlstm-jax 7B recipe (config docstring): small init
+    ``sqrt(2 / (5 E))`` for the embedding, the unembedding and the maps into the blocks, Wang init
+    ``2 / (L sqrt(E))`` for the two maps that end a residual branch, zero gate kernels."""
+    E, L = cfg.d_model, cfg.num_layers
+    if cfg.init == "authors":
+        small, wang = (2 / (5 * E)) ** 0.5, 2 / (L * E**0.5)
+        return InitStds(small, small, small, 0.0, 0.0, wang, wang)
+    std_in = weight_std(cfg.init, E)
+    return InitStds(
+        embed=EMBEDDING_STD,
+        unembed=unembedding_std(cfg.init),
+        proj=std_in,
+        gates=std_in,
+        ogate=std_in,
+        mlstm_out=weight_std(cfg.init, cfg.v_dim, residual_layers=L),
+        ffn_down=weight_std(cfg.init, cfg.ff_dim, residual_layers=L),
+    )
 
 
 def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
@@ -111,18 +153,16 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         E, NH, qk, v = cfg.d_model, cfg.num_heads, cfg.qk_dim, cfg.v_dim
-        linear = cfg.linear_factory()
-        std_in = weight_std(cfg.init, E)
-        std_out = weight_std(cfg.init, v, residual_layers=cfg.num_layers)
-        self.q = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.k = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.v = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.ogate = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.out = linear(v, E, std=std_out, axes=("heads", "embed"), rngs=rngs)
-        cap = cfg.gate_soft_cap
-        pd = cfg.param_dtype
-        self.igate = HeadGates(E, NH, np.full(NH, cfg.igate_bias), std_in, cap, pd, rngs)
-        self.fgate = HeadGates(E, NH, np.linspace(*cfg.fgate_bias_range, NH), std_in, cap, pd, rngs)
+        linear, std = cfg.linear_factory(), init_stds(cfg)
+        self.q = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(E, v, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.ogate = linear(E, v, std=std.ogate, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(v, E, std=std.mlstm_out, axes=("heads", "embed"), rngs=rngs)
+        cap, pd, i_bias = cfg.gate_soft_cap, cfg.param_dtype, np.full(NH, cfg.igate_bias)
+        self.igate = HeadGates(E, NH, i_bias, std.gates, cap, pd, rngs)
+        f_bias = np.linspace(*cfg.fgate_bias_range, NH)
+        self.fgate = HeadGates(E, NH, f_bias, std.gates, cap, pd, rngs)
         self.norm = MultiHeadNorm(NH, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
         self.heads, self.dk, self.dv = NH, cfg.qk_head_dim, cfg.v_head_dim
         self.form, self.chunk_size, self.eps = cfg.cell_form, cfg.chunk_size, cfg.cell_eps
@@ -161,12 +201,10 @@ class SwiGLU(nnx.Module):
     """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), all three maps from the linear factory."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
-        E, ff, linear = cfg.d_model, cfg.ff_dim, cfg.linear_factory()
-        std_in = weight_std(cfg.init, E)
-        std_out = weight_std(cfg.init, ff, residual_layers=cfg.num_layers)
-        self.gate = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
-        self.up = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
-        self.down = linear(ff, E, std=std_out, axes=("mlp", "embed"), rngs=rngs)
+        E, ff, linear, std = cfg.d_model, cfg.ff_dim, cfg.linear_factory(), init_stds(cfg)
+        self.gate = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.up = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.down = linear(ff, E, std=std.ffn_down, axes=("mlp", "embed"), rngs=rngs)
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
         return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
@@ -229,7 +267,8 @@ class xLSTM(nnx.Module):  # noqa: N801
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
-        init = param_init(nnx.initializers.normal(EMBEDDING_STD), ("vocab", "embed"))
+        std = init_stds(cfg)
+        init = param_init(nnx.initializers.normal(std.embed), ("vocab", "embed"))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, **kw)
         if cfg.scan_blocks:
             self.blocks = _stacked_blocks(cfg, rngs)
@@ -240,7 +279,7 @@ class xLSTM(nnx.Module):  # noqa: N801
             self.blocks = nnx.List([kind(cfg, rngs=rngs) for kind in kinds])
         self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
         self.unembed = unembedding(
-            cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
+            cfg.d_model, cfg.vocab_size, std=std.unembed,
             dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs,
         )  # fmt: skip
 
