@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+import jax
+
 from jaxlab.core.config import check, check_choices
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import FlopCount
@@ -108,6 +110,10 @@ class LMConfig:
             value = getattr(self, name)
             check(value > 0, f"model.{name} must be positive, got {value}")
         check_choices(self, "model.")
+        check(
+            "float64" not in (self.dtype, self.param_dtype) or jax.config.jax_enable_x64,
+            "model.dtype/param_dtype=float64 needs 64-bit JAX: run under jax.enable_x64(True)",
+        )
         self.check_fields()
         self._check_linear()
         self._check_attention()

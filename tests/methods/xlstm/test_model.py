@@ -97,6 +97,7 @@ def test_bfloat16_compute_keeps_the_state_in_float32():
         (dict(norm="layernorm"), "RMSNorm"),
         (dict(chunk_size=0), "chunk_size"),
         (dict(init="xavier"), "model.init='xavier' is not an option"),
+        (dict(dtype="float64"), "needs 64-bit JAX"),
     ],
 )
 def test_bad_configs_are_one_line_errors(overrides, match):
