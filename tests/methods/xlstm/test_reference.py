@@ -8,11 +8,12 @@ from those names onto jaxlab's parameters. Random weights are chosen so that eve
 Tolerance: 1e-9 relative to max|reference| at float64; the two sides differ only in summation
 order (the chunkwise and parallel forms sum within chunks, the reference token by token).
 
-The model tests run at ``eps = 0`` (the cell's normaliser offset); :func:`test_eps_enters_as_the_
-authors` shows why: jaxlab closes the forget gate at a row's first token (the document reset of
-:mod:`jaxlab.methods.xlstm.model`), which restarts the stabiliser at ``m_1 = i_1`` instead of the
-authors' ``max(log f_1 + 0, i_1)``. Both give the same ``h`` up to where ``eps`` enters, which is
-in stabilised units, so at the released ``eps = 1e-6`` they differ by about ``eps`` relative.
+The model tests run at ``eps = 0`` (the cell's normaliser offset), the block test at the
+released ``eps = 1e-6``. The last test shows why: jaxlab closes the forget gate at a row's first
+token (the document reset of :mod:`jaxlab.methods.xlstm.model`), which restarts the stabiliser at
+``m_1 = i_1`` instead of the authors' ``max(log f_1 + 0, i_1)``. Both give the same ``h`` up to
+where ``eps`` enters, which is in stabilised units, so at ``eps = 1e-6`` the logits differ by
+about 1e-7 relative (bounded there at 1e-6).
 """
 
 import dataclasses
