@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+import jax
+
 from jaxlab.core.config import check, check_choices
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import FlopCount
@@ -36,7 +38,9 @@ AttentionImplName = Literal[tuple(i.value for i in AttentionImpl)]  # type: igno
 NormName = Literal["layernorm", "rmsnorm"]
 PositionsName = Literal["learned", "alibi"]
 AlibiName = Literal["press", "geometric"]
-DType = Literal["float32", "bfloat16"]
+# float64 is for tests against float64 references (needs ``jax.enable_x64``); models that accept
+# it say so.
+DType = Literal["float32", "bfloat16", "float64"]
 
 # What every ``.paper(size)`` preset shares: the RMT paper's GPT-2 vocabulary and context (Table 2).
 PAPER_COMMON = {"vocab_size": 50257, "seq_len": 512}
@@ -106,6 +110,10 @@ class LMConfig:
             value = getattr(self, name)
             check(value > 0, f"model.{name} must be positive, got {value}")
         check_choices(self, "model.")
+        check(
+            "float64" not in (self.dtype, self.param_dtype) or jax.config.jax_enable_x64,
+            "model.dtype/param_dtype=float64 needs 64-bit JAX: run under jax.enable_x64(True)",
+        )
         self.check_fields()
         self._check_linear()
         self._check_attention()

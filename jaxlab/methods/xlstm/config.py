@@ -8,9 +8,18 @@ and forget-gate biases linspace(3, 6) over heads. ``xLSTMConfig.xlstm_7b()`` is 
 (6,865,424,896 parameters); :meth:`xLSTMConfig.tiny` a CPU-sized one. Where the authors' code
 (NX-AI/xlstm, ``xlstm_large``) and this one differ, the field says so:
 
-* ``init``: the shared rule of :mod:`jaxlab.nn.init` (default ``"gpt2"``), so that the xLSTM and
-  the Transformer it is compared with start from the same rule; the authors train with a
-  "small init" / "wang init" pair that is not part of the released model code.
+* ``init``: ``"gpt2"`` (default) or ``"fan_in"`` is the shared rule of :mod:`jaxlab.nn.init`, so
+  that the xLSTM and the Transformer it is compared with start from the same rule. ``"authors"``
+  is, for the xLSTM, the authors' 7B training recipe (NX-AI/xlstm-jax, ``configs/model/
+  mLSTMv1_default.yaml`` with ``models/xlstm_parallel/blocks/mlstm/layer_v1.py``,
+  ``components/feedforward.py``, ``xlstm_lm_model.py`` and ``models/shared/init.py``), which is
+  not part of the released model code: "small init" N(0, 2/(5E)) (Nguyen & Salazar 2019) for the
+  embedding, q, k, v, the SwiGLU's gate and up maps and the unembedding; "wang init"
+  N(0, (2/(L sqrt(E)))²) for the two maps that end a residual branch (the mLSTM's out projection
+  and the SwiGLU's down map; E, not their fan-in); and **zeros for the kernels of the input,
+  forget and output gates**, so every gate starts at its bias (input -10, forget linspace(3, 6)
+  over heads) and the output gate at sigmoid(0) = 1/2. (Not the RMT authors' rule that
+  ``"authors"`` means in :mod:`jaxlab.nn.init`.)
 * ``positions`` is accepted (every LM config has it) and unused: the recurrence carries order.
 """
 

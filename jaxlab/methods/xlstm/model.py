@@ -10,8 +10,9 @@ mLSTM layer (paper Sec. 3.1): q, k, v projections of the normed input x (through
 linear factory, so structured kinds apply), per-head scalar input and forget gates ``W x + b``
 soft-capped at 15 (input-gate bias -10, forget-gate biases linspace(3, 6) over heads), the mLSTM
 cell (:func:`jaxlab.methods.xlstm.mlstm`), a per-head LayerNorm of the cell output (weight, no
-bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gates, norms and the
-recurrent state are float32 whatever ``cfg.dtype`` is.
+bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gates, norms, logits
+and the recurrent state are float32 when ``cfg.dtype`` is float32 or bfloat16, and float64 when it
+is float64 (``jnp.promote_types(dtype, float32)``; the float64 reference tests run that way).
 
 Packed rows. At the first token of every document (and of the row) the forget gate is closed
 (``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
@@ -52,9 +53,23 @@ from jaxlab.methods.xlstm.slstm import SLSTMState, sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
 from jaxlab.nn.layers import param_init, unembedding
 
-__all__ = ["XLSTMCache", "mLSTMBlock", "sLSTMBlock", "soft_cap", "stack_blocks", "xLSTM"]
+__all__ = [
+    "InitStds",
+    "XLSTMCache",
+    "init_stds",
+    "mLSTMBlock",
+    "sLSTMBlock",
+    "soft_cap",
+    "stack_blocks",
+    "xLSTM",
+]
 
 F32 = jnp.float32
+
+
+def _acc(dtype) -> jnp.dtype:
+    """The dtype gates, norms and the state are computed in: float32, or float64 for float64."""
+    return jnp.promote_types(dtype, F32)
 
 
 class XLSTMCache(NamedTuple):
@@ -76,23 +91,61 @@ def soft_cap(x: Array, cap: float) -> Array:
     return cap * jnp.tanh(x / cap) if cap else x
 
 
-def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
-    return nnx.RMSNorm(
-        dim, epsilon=cfg.norm_eps, dtype=F32, param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs
+class InitStds(NamedTuple):
+    """Standard deviations of the xLSTM's matrices under ``cfg.init`` (:func:`init_stds`)."""
+
+    embed: float
+    unembed: float
+    proj: float  # q, k, v and the SwiGLU's gate and up maps
+    gates: float  # the input- and forget-gate kernels
+    ogate: float
+    mlstm_out: float  # the out projection, last map of the mLSTM branch
+    ffn_down: float  # the SwiGLU's down map, last map of the FFN branch
+
+
+def init_stds(cfg: xLSTMConfig) -> InitStds:
+    """The init of every matrix: the shared rule of :mod:`jaxlab.nn.init` for ``gpt2`` and
+    ``fan_in``; for ``authors`` the xlstm-jax 7B recipe (config docstring): small init
+    ``sqrt(2 / (5 E))`` for the embedding, the unembedding and the maps into the blocks, Wang init
+    ``2 / (L sqrt(E))`` for the two maps that end a residual branch, zero gate kernels."""
+    E, L = cfg.d_model, cfg.num_layers
+    if cfg.init == "authors":
+        small, wang = (2 / (5 * E)) ** 0.5, 2 / (L * E**0.5)
+        return InitStds(small, small, small, 0.0, 0.0, wang, wang)
+    std_in = weight_std(cfg.init, E)
+    return InitStds(
+        embed=EMBEDDING_STD,
+        unembed=unembedding_std(cfg.init),
+        proj=std_in,
+        gates=std_in,
+        ogate=std_in,
+        mlstm_out=weight_std(cfg.init, cfg.v_dim, residual_layers=L),
+        ffn_down=weight_std(cfg.init, cfg.ff_dim, residual_layers=L),
     )
 
 
-class HeadGates(nnx.Module):
-    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), float32, soft-capped."""
+def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
+    return nnx.RMSNorm(
+        dim, epsilon=cfg.norm_eps, dtype=_acc(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype),
+        rngs=rngs,
+    )  # fmt: skip
 
-    def __init__(self, d: int, heads: int, bias: np.ndarray, std: float, cap: float, rngs):
+
+class HeadGates(nnx.Module):
+    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), soft-capped; parameters and
+    product in float32 (float64 for a float64 model)."""
+
+    def __init__(self, d, heads, bias: np.ndarray, std: float, cap: float, param_dtype, rngs):
+        dtype = _acc(param_dtype)
         init = param_init(nnx.initializers.normal(std), ("embed", None))
-        self.kernel = nnx.Param(init(rngs.params(), (d, heads), F32))
-        self.bias = nnx.Param(jnp.asarray(bias, F32))
+        self.kernel = nnx.Param(init(rngs.params(), (d, heads), dtype))
+        self.bias = nnx.Param(jnp.asarray(bias, dtype))
         self.cap = cap
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
-        return soft_cap(x_BTE.astype(F32) @ self.kernel[...] + self.bias[...], self.cap)
+        acc = _acc(x_BTE.dtype)
+        pre_BTH = x_BTE.astype(acc) @ self.kernel[...].astype(acc) + self.bias[...].astype(acc)
+        return soft_cap(pre_BTH, self.cap)
 
 
 class mLSTMLayer(nnx.Module):  # noqa: N801
@@ -100,17 +153,16 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         E, NH, qk, v = cfg.d_model, cfg.num_heads, cfg.qk_dim, cfg.v_dim
-        linear = cfg.linear_factory()
-        std_in = weight_std(cfg.init, E)
-        std_out = weight_std(cfg.init, v, residual_layers=cfg.num_layers)
-        self.q = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.k = linear(E, qk, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.v = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.ogate = linear(E, v, std=std_in, axes=("embed", "heads"), rngs=rngs)
-        self.out = linear(v, E, std=std_out, axes=("heads", "embed"), rngs=rngs)
-        cap = cfg.gate_soft_cap
-        self.igate = HeadGates(E, NH, np.full(NH, cfg.igate_bias), std_in, cap, rngs)
-        self.fgate = HeadGates(E, NH, np.linspace(*cfg.fgate_bias_range, NH), std_in, cap, rngs)
+        linear, std = cfg.linear_factory(), init_stds(cfg)
+        self.q = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(E, v, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.ogate = linear(E, v, std=std.ogate, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(v, E, std=std.mlstm_out, axes=("heads", "embed"), rngs=rngs)
+        cap, pd, i_bias = cfg.gate_soft_cap, cfg.param_dtype, np.full(NH, cfg.igate_bias)
+        self.igate = HeadGates(E, NH, i_bias, std.gates, cap, pd, rngs)
+        f_bias = np.linspace(*cfg.fgate_bias_range, NH)
+        self.fgate = HeadGates(E, NH, f_bias, std.gates, cap, pd, rngs)
         self.norm = MultiHeadNorm(NH, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
         self.heads, self.dk, self.dv = NH, cfg.qk_head_dim, cfg.v_head_dim
         self.form, self.chunk_size, self.eps = cfg.cell_form, cfg.chunk_size, cfg.cell_eps
@@ -141,7 +193,7 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
                 initial_state=state, return_state=True, eps=self.eps,
             )  # fmt: skip
         h_BTV = self.norm(h_BHTV.transpose(0, 2, 1, 3))
-        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(F32))
+        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(h_BTV.dtype))
         return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
 
 
@@ -149,12 +201,10 @@ class SwiGLU(nnx.Module):
     """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), all three maps from the linear factory."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
-        E, ff, linear = cfg.d_model, cfg.ff_dim, cfg.linear_factory()
-        std_in = weight_std(cfg.init, E)
-        std_out = weight_std(cfg.init, ff, residual_layers=cfg.num_layers)
-        self.gate = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
-        self.up = linear(E, ff, std=std_in, axes=("embed", "mlp"), rngs=rngs)
-        self.down = linear(ff, E, std=std_out, axes=("mlp", "embed"), rngs=rngs)
+        E, ff, linear, std = cfg.d_model, cfg.ff_dim, cfg.linear_factory(), init_stds(cfg)
+        self.gate = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.up = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.down = linear(ff, E, std=std.ffn_down, axes=("mlp", "embed"), rngs=rngs)
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
         return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
@@ -211,12 +261,14 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
 
 
 class xLSTM(nnx.Module):  # noqa: N801
-    """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32)."""
+    """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
+    model)."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         kw = dict(dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype), rngs=rngs)
-        init = param_init(nnx.initializers.normal(EMBEDDING_STD), ("vocab", "embed"))
+        std = init_stds(cfg)
+        init = param_init(nnx.initializers.normal(std.embed), ("vocab", "embed"))
         self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, **kw)
         if cfg.scan_blocks:
             self.blocks = _stacked_blocks(cfg, rngs)
@@ -227,7 +279,7 @@ class xLSTM(nnx.Module):  # noqa: N801
             self.blocks = nnx.List([kind(cfg, rngs=rngs) for kind in kinds])
         self.out_norm = _rmsnorm(cfg.d_model, cfg, rngs)
         self.unembed = unembedding(
-            cfg.d_model, cfg.vocab_size, std=unembedding_std(cfg.init),
+            cfg.d_model, cfg.vocab_size, std=std.unembed,
             dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs,
         )  # fmt: skip
 
@@ -249,7 +301,8 @@ class xLSTM(nnx.Module):  # noqa: N801
                 x_BTE = constrain(x_BTE, "batch", None, None)
                 new_states.append(state)
             new_states = tuple(new_states)
-        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype)).astype(F32)
+        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype))
+        logits_BTV = logits_BTV.astype(_acc(self.embed.dtype))
         return soft_cap(logits_BTV, self.cfg.logit_soft_cap), new_states
 
     def _scan_blocks(self, x_BTE, reset_BT, states):
@@ -289,15 +342,16 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Zero recurrent states for every block; their size does not depend on ``max_len``."""
         del max_len
         c = self.cfg
+        dt = _acc(c.dtype)
         if c.scan_blocks:  # one state stacked over the blocks, as the scan's xs
-            state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            state = zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim, dt)
             stacked = jax.tree.map(lambda x: jnp.zeros((c.num_layers, *x.shape), x.dtype), state)
             return XLSTMCache(stacked, jnp.zeros((), jnp.int32))
         # A fresh buffer per block: a donated cache must not hold one buffer twice.
         states = tuple(
             zero_slstm_state(batch_size, c.num_heads, c.d_model // c.num_heads)
             if n in c.slstm_blocks
-            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim)
+            else zero_state(batch_size, c.num_heads, c.qk_head_dim, c.v_head_dim, dt)
             for n in range(c.num_layers)
         )
         return XLSTMCache(states, jnp.zeros((), jnp.int32))

@@ -21,8 +21,9 @@ F32 = jnp.float32
 
 
 class MultiHeadNorm(nnx.Module):
-    """LayerNorm of each head's cell output over its Dv channels, weight only, in float32 (the
-    7B's ``MultiHeadLayerNorm``)."""
+    """LayerNorm of each head's cell output over its Dv channels (mean-centred, biased
+    variance), weight only, in float32 or float64 for float64 input (the 7B's
+    ``MultiHeadLayerNorm``)."""
 
     def __init__(self, heads: int, dim: int, eps: float, param_dtype: str, rngs: nnx.Rngs):
         init = param_init(nnx.initializers.ones, ("heads",))
@@ -30,9 +31,10 @@ class MultiHeadNorm(nnx.Module):
         self.heads, self.dim, self.eps = heads, dim, eps
 
     def __call__(self, h_BTHV: Float[Array, "B T NH Dv"]) -> Float[Array, "B T V"]:
-        h = h_BTHV.astype(F32)
+        acc = jnp.promote_types(h_BTHV.dtype, F32)
+        h = h_BTHV.astype(acc)
         mean = jnp.mean(h, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
         h = (h - mean) * jax.lax.rsqrt(var + self.eps)
         B, T = h.shape[:2]
-        return h.reshape(B, T, -1) * self.scale[...].astype(F32)
+        return h.reshape(B, T, -1) * self.scale[...].astype(acc)
