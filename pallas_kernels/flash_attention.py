@@ -419,16 +419,18 @@ def flash_attention_reference(
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
 ) -> Float[Array, "B T H D"]:
-    """The same attention in plain jnp with explicit ``(B, H, T, S)`` logits in float32."""
+    """The same attention in plain jnp with explicit ``(B, H, T, S)`` logits in float32 (float64
+    for float64 inputs: the reference is as accurate as its inputs; the kernel is float32)."""
     B, T, H, D = q.shape
+    acc = jnp.promote_types(jnp.result_type(q, k, v), F32)
     S, K = k.shape[1], k.shape[2]
     scale = D**-0.5 if scale is None else scale
     k_BSHD = jnp.repeat(k, H // K, axis=2)
     v_BSHD = jnp.repeat(v, H // K, axis=2)
-    s_BHTS = jnp.einsum("bthd,bshd->bhts", q, k_BSHD, preferred_element_type=F32) * scale
+    s_BHTS = jnp.einsum("bthd,bshd->bhts", q, k_BSHD, preferred_element_type=acc) * scale
     i, j = jnp.arange(T)[:, None] + S - T, jnp.arange(S)[None, :]
     if alibi_slopes is not None:
-        s_BHTS -= alibi_slopes.astype(F32)[:, None, None] * jnp.abs(i - j).astype(F32)
+        s_BHTS -= alibi_slopes.astype(acc)[:, None, None] * jnp.abs(i - j).astype(acc)
     keep = jnp.ones((B, 1, T, S), bool)
     if causal:
         keep &= i >= j

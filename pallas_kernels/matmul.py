@@ -228,7 +228,10 @@ def matmul(
 def matmul_reference(
     x: Float[Array, "*batch K"], y: Float[Array, "K N"], *, activation: str | None = None
 ) -> Float[Array, "*batch N"]:
-    """The same product in plain jnp: float32 accumulation, activation, one rounding."""
+    """The same product in plain jnp: float32 accumulation (float64 for float64 inputs),
+    activation, one rounding."""
     dtype = jnp.promote_types(x.dtype, y.dtype)
-    z = jnp.matmul(x.astype(dtype), y.astype(dtype), preferred_element_type=F32)
+    z = jnp.matmul(
+        x.astype(dtype), y.astype(dtype), preferred_element_type=jnp.promote_types(dtype, F32)
+    )
     return (ACTIVATIONS[activation](z) if activation else z).astype(dtype)

@@ -567,19 +567,21 @@ def mlr_attention_reference(
     block_len: int | None = None,
 ) -> Float[Array, "B T H Dv"]:
     """The dense construction in plain jnp: one masked ``(B, H, T, T)`` logit matrix per level in
-    float32, summed, normalised, masked (pairs no level covers too) and soft-maxed."""
+    float32 (float64 for float64 inputs), summed, normalised, masked (pairs no level covers too)
+    and soft-maxed."""
     T, L = q.shape[1], len(ranks)
+    acc = jnp.promote_types(jnp.result_type(q, k, v), F32)
     block_len = T if block_len is None else block_len
     pos = jnp.arange(T)
-    s = jnp.zeros((q.shape[0], q.shape[2], T, T), F32)
-    count = jnp.zeros((T, T), F32)
+    s = jnp.zeros((q.shape[0], q.shape[2], T, T), acc)
+    count = jnp.zeros((T, T), acc)
     start = 0
     for level, r in enumerate(ranks):
         size = block_len >> level
         same = (pos[:, None] // size) == (pos[None, :] // size)
         s_l = jnp.einsum(
             "bthd,bshd->bhts", q[..., start : start + r], k[..., start : start + r],
-            preferred_element_type=F32,
+            preferred_element_type=acc,
         )  # fmt: skip
         s, count, start = s + jnp.where(same, s_l / r, 0.0), count + same, start + r
     if normalize == "levels":
@@ -588,7 +590,7 @@ def mlr_attention_reference(
         s = s / jnp.maximum(count, 1.0)
     s = s * logit_scale
     if alibi_slopes is not None:
-        s = s - alibi_slopes.astype(F32)[None, :, None, None] * jnp.abs(pos[:, None] - pos)
+        s = s - alibi_slopes.astype(acc)[None, :, None, None] * jnp.abs(pos[:, None] - pos)
     keep = (count > 0)[None, None]
     if causal:
         keep &= (pos[:, None] >= pos[None, :])[None, None]

@@ -4,7 +4,8 @@
 ``(B, T, H, D)`` queries and ``(B, S, K, D)`` keys/values (``K`` divides ``H``: grouped-query and
 multi-query attention) and picks an implementation from :class:`AttentionImpl`:
 
-* ``xla`` — the reference: explicit logits in float32, masks, softmax (Vaswani et al. 2017, eq. 1).
+* ``xla`` — the reference: explicit logits in the accumulation dtype (:func:`accumulation_dtype`:
+  float32, or float64 for float64 inputs), masks, softmax (Vaswani et al. 2017, eq. 1).
 * ``xla_chunked`` — keys in chunks under ``lax.scan`` with an online softmax (Rabe & Staats 2021,
   "Self-attention does not need O(n^2) memory"; the running max/sum of FlashAttention-2, Dao 2023,
   Alg. 1) and a ``custom_vjp`` that recomputes each chunk from the saved log-sum-exp (Alg. 2), so
@@ -47,6 +48,7 @@ __all__ = [
     "CHUNKED_MIN_SEQ_LEN",
     "AttentionImpl",
     "alibi_slopes",
+    "accumulation_dtype",
     "check_qkv",
     "default_impl",
     "dot_product_attention",
@@ -61,6 +63,13 @@ CHUNKED_MIN_SEQ_LEN = 2048
 CHUNK_SIZE = 512
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: fully masked rows stay NaN-free
+
+
+def accumulation_dtype(*xs) -> jnp.dtype:
+    """The dtype attention accumulates logits, softmax and sums in: float32 for bfloat16 and
+    float32 inputs, float64 for float64 ones (x64), as the OT solvers do, so a float64 input gets
+    a float64-accurate result instead of one rounded through float32."""
+    return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
 
 
 class AttentionImpl(enum.StrEnum):
@@ -157,19 +166,21 @@ def xla_attention(
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
 ) -> Float[Array, "B T H D"]:
-    """Reference attention: float32 logits and softmax, output in q's dtype."""
+    """Reference attention: logits and softmax in :func:`accumulation_dtype` (float32 at least),
+    output in v's dtype."""
     B, T, H, D = q_BTHD.shape
+    acc = accumulation_dtype(q_BTHD, k_BSKD, v_BSKD)
     S, K = k_BSKD.shape[1], k_BSKD.shape[2]
     scale = D**-0.5 if scale is None else scale
     q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)  # query heads grouped per kv head (GQA)
     logits_BKGTS = (
-        jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=jnp.float32) * scale
+        jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=acc) * scale
     )
     logits_BHTS = logits_BKGTS.reshape(B, H, T, S)
     q_pos, k_pos = jnp.arange(T)[:, None] + (S - T), jnp.arange(S)[None, :]
     if alibi_slopes is not None:
-        distance_TS = jnp.abs(q_pos - k_pos).astype(jnp.float32)
-        logits_BHTS -= alibi_slopes.astype(jnp.float32)[None, :, None, None] * distance_TS
+        distance_TS = jnp.abs(q_pos - k_pos).astype(acc)
+        logits_BHTS -= alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
     mask = jnp.ones((1, 1, T, S), bool)
     if causal:
         mask &= (q_pos >= k_pos)[None, None]
@@ -189,12 +200,13 @@ def _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg):
     masked and reported in ``valid_C`` so their probabilities can be zeroed."""
     causal, scale, offset, kv_len, _ = cfg
     T, C = q_BKGTD.shape[3], k_BCKD.shape[1]
-    s = jnp.einsum("bkgtd,bckd->bkgtc", q_BKGTD, k_BCKD, preferred_element_type=jnp.float32)
+    acc = accumulation_dtype(q_BKGTD, k_BCKD)
+    s = jnp.einsum("bkgtd,bckd->bkgtc", q_BKGTD, k_BCKD, preferred_element_type=acc)
     s = s * scale
     q_pos, k_pos = jnp.arange(T)[:, None] + offset, start + jnp.arange(C)[None, :]
     if slopes_KG is not None:
-        distance_TC = jnp.abs(q_pos - k_pos).astype(jnp.float32)
-        s -= slopes_KG.astype(jnp.float32)[None, :, :, None, None] * distance_TC
+        distance_TC = jnp.abs(q_pos - k_pos).astype(acc)
+        s -= slopes_KG.astype(acc)[None, :, :, None, None] * distance_TC
     valid_C = k_pos[0] < kv_len
     keep = valid_C[None, :] & (q_pos >= k_pos) if causal else valid_C[None, :]
     keep = keep[None, None, None]
@@ -219,6 +231,7 @@ def _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg):
     K = k.shape[2]
     q_BKGTD, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
     slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
+    acc_dtype = accumulation_dtype(q, k, v)
 
     def body(carry, x):  # FlashAttention-2 Alg. 1, one key chunk against all queries
         m, denom, acc = carry
@@ -228,12 +241,13 @@ def _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg):
         p = jnp.where(valid_C, jnp.exp(s - m_new[..., None]), 0.0)
         correction = jnp.exp(m - m_new)
         pv = jnp.einsum(
-            "bkgtc,bckd->bkgtd", p.astype(v.dtype), v_BCKD, preferred_element_type=jnp.float32
+            "bkgtc,bckd->bkgtd", p.astype(v.dtype), v_BCKD, preferred_element_type=acc_dtype
         )
         return (m_new, correction * denom + p.sum(-1), correction[..., None] * acc + pv), None
 
     shape = q_BKGTD.shape[:-1]
-    init = (jnp.full(shape, -jnp.inf), jnp.zeros(shape), jnp.zeros(q_BKGTD.shape))
+    init = (jnp.full(shape, -jnp.inf, acc_dtype), jnp.zeros(shape, acc_dtype),
+            jnp.zeros(q_BKGTD.shape, acc_dtype))  # fmt: skip
     (m, denom, acc), _ = jax.lax.scan(body, init, xs)
     o_BTHD = (acc / denom[..., None]).transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
     return o_BTHD, m + jnp.log(denom)
@@ -258,21 +272,22 @@ def _chunked_bwd(cfg, residuals, do_BTHD):
     slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
     group = lambda x: x.reshape(B, T, K, H // K, -1).transpose(0, 2, 3, 1, 4)
     do_BKGTD = group(do_BTHD)
-    delta = jnp.sum(group(o).astype(jnp.float32) * do_BKGTD.astype(jnp.float32), axis=-1)
-    f32 = dict(preferred_element_type=jnp.float32)
+    acc = accumulation_dtype(q, k, v)
+    delta = jnp.sum(group(o).astype(acc) * do_BKGTD.astype(acc), axis=-1)
+    acc_kw = dict(preferred_element_type=acc)
 
     def body(dq, x):
         start, k_BCKD, v_BCKD, seg_BC = x
         s, valid_C = _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg)
         p = jnp.where(valid_C, jnp.exp(s - lse[..., None]), 0.0)
-        dv = jnp.einsum("bkgtc,bkgtd->bckd", p.astype(do_BKGTD.dtype), do_BKGTD, **f32)
-        dp = jnp.einsum("bkgtd,bckd->bkgtc", do_BKGTD, v_BCKD, **f32)
+        dv = jnp.einsum("bkgtc,bkgtd->bckd", p.astype(do_BKGTD.dtype), do_BKGTD, **acc_kw)
+        dp = jnp.einsum("bkgtd,bckd->bkgtc", do_BKGTD, v_BCKD, **acc_kw)
         ds = p * (dp - delta[..., None])
-        dk = jnp.einsum("bkgtc,bkgtd->bckd", ds.astype(q.dtype), q_BKGTD, **f32) * scale
-        dq += jnp.einsum("bkgtc,bckd->bkgtd", ds.astype(k.dtype), k_BCKD, **f32) * scale
+        dk = jnp.einsum("bkgtc,bkgtd->bckd", ds.astype(q.dtype), q_BKGTD, **acc_kw) * scale
+        dq += jnp.einsum("bkgtc,bckd->bkgtd", ds.astype(k.dtype), k_BCKD, **acc_kw) * scale
         return dq, (dk, dv)
 
-    dq, (dk_NBCKD, dv_NBCKD) = jax.lax.scan(body, jnp.zeros(q_BKGTD.shape), xs)
+    dq, (dk_NBCKD, dv_NBCKD) = jax.lax.scan(body, jnp.zeros(q_BKGTD.shape, acc), xs)
     unsplit = lambda x, like: x.swapaxes(0, 1).reshape(like.shape).astype(like.dtype)
     dq_BTHD = dq.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
     return dq_BTHD, unsplit(dk_NBCKD, k), unsplit(dv_NBCKD, v), None, None, None

@@ -41,7 +41,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import dot_product_attention
+from jaxlab.nn.attention import accumulation_dtype, dot_product_attention
 from jaxlab.nn.mlr_attention import check_mlr, mlr_attention, mlr_covering_levels
 
 __all__ = [
@@ -105,12 +105,14 @@ def check_attention_kind(
 
 
 def _masked_softmax(q, k, scale, keep, slopes):
-    """Causal-masked probabilities ``(B, H, T, S)`` in float32 with an extra ``keep`` mask."""
-    s = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32) * scale
+    """Causal-masked probabilities ``(B, H, T, S)`` in :func:`accumulation_dtype` (float32, or
+    float64 for float64 inputs) with an extra ``keep`` mask."""
+    acc = accumulation_dtype(q, k)
+    s = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=acc) * scale
     T = q.shape[1]
     pos = jnp.arange(T)
     if slopes is not None:
-        s = s - slopes.astype(jnp.float32)[None, :, None, None] * jnp.abs(pos[:, None] - pos)
+        s = s - slopes.astype(acc)[None, :, None, None] * jnp.abs(pos[:, None] - pos)
     return jax.nn.softmax(jnp.where(keep, s, _MASK_VALUE), axis=-1)
 
 

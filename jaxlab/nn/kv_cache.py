@@ -44,6 +44,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import accumulation_dtype
 
 __all__ = [
     "KVCache",
@@ -91,16 +92,18 @@ def cached_attention(
     alibi_slopes: Float[Array, " H"] | None,
 ) -> Float[Array, "B T H D"]:
     """Queries at positions ``pos + t`` against a cache of ``S`` slots (slot s = position s):
-    float32 logits, keys after the query (and the unwritten slots) masked."""
+    logits in :func:`~jaxlab.nn.attention.accumulation_dtype` (float32, or float64 for float64
+    inputs), keys after the query (and the unwritten slots) masked."""
     B, T, H, D = q_BTHD.shape
+    acc = accumulation_dtype(q_BTHD, k_BSKD, v_BSKD)
     S, K = k_BSKD.shape[1:3]
     q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=jnp.float32)
+    logits = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=acc)
     logits_BHTS = logits.reshape(B, H, T, S) * scale
     q_pos, k_pos = pos + jnp.arange(T)[:, None], jnp.arange(S)[None, :]
     if alibi_slopes is not None:
-        distance_TS = jnp.abs(q_pos - k_pos).astype(jnp.float32)
-        logits_BHTS -= alibi_slopes.astype(jnp.float32)[None, :, None, None] * distance_TS
+        distance_TS = jnp.abs(q_pos - k_pos).astype(acc)
+        logits_BHTS -= alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
     logits_BHTS = jnp.where((q_pos >= k_pos)[None, None], logits_BHTS, _MASK_VALUE)
     probs_BKGTS = (
         jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSKD.dtype).reshape(B, K, H // K, T, S)
@@ -129,11 +132,13 @@ def _window(k_BSHD, v_BSHD, pos, T: int, n: int):
 
 
 def _probs(q_BTHD, k_BSHD, q_pos, k_pos, keep_TS, scale, alibi_slopes):
-    """Masked softmax ``(B, H, T, S)`` in float32 of ``scale * q.k`` minus the ALiBi bias."""
-    s = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BSHD, preferred_element_type=jnp.float32) * scale
+    """Masked softmax ``(B, H, T, S)`` in float32 (float64 for float64 inputs) of ``scale * q.k``
+    minus the ALiBi bias."""
+    acc = accumulation_dtype(q_BTHD, k_BSHD)
+    s = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BSHD, preferred_element_type=acc) * scale
     if alibi_slopes is not None:
-        distance_TS = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)
-        s = s - alibi_slopes.astype(jnp.float32)[None, :, None, None] * distance_TS
+        distance_TS = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(acc)
+        s = s - alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
     return jax.nn.softmax(jnp.where(keep_TS[None, None], s, _MASK_VALUE), axis=-1)
 
 
@@ -222,6 +227,7 @@ def cached_mlr_attention(
     """
     B, T, H, _ = q_BTHD.shape
     S, L = k_BSHD.shape[1], len(ranks)
+    acc = accumulation_dtype(q_BTHD, k_BSHD, v_BSHD)  # float32, or float64 for float64 inputs
     q_pos = pos + jnp.arange(T)
     blocks = [seq_len // 2**level for level in range(L)]
     bounds = [0, *itertools.accumulate(ranks)]
@@ -231,23 +237,23 @@ def cached_mlr_attention(
         starts = [jnp.clip((pos // b) * b, 0, S - m) for b, m in zip(blocks, n, strict=True)]
         k_pos = starts[0] + jnp.arange(n[0])
         v = jax.lax.dynamic_slice_in_dim(v_BSHD, starts[0], n[0], axis=1)
-        s = jnp.zeros((B, H, 1, n[0]), jnp.float32)
+        s = jnp.zeros((B, H, 1, n[0]), acc)
         for level, (b, m, start) in enumerate(zip(blocks, n, starts, strict=True)):
             lo, hi = bounds[level], bounds[level + 1]
             k_l = jax.lax.dynamic_slice_in_dim(k_BSHD[..., lo:hi], start, m, axis=1)
             s_l = jnp.einsum("bthd,bshd->bhts", q_BTHD[..., lo:hi], k_l,
-                             preferred_element_type=jnp.float32) / (hi - lo)  # fmt: skip
+                             preferred_element_type=acc) / (hi - lo)  # fmt: skip
             same = (start + jnp.arange(m)) // b == pos // b
             off = start - starts[0]
             into = jax.lax.dynamic_slice_in_dim(s, off, m, axis=3)
             s = jax.lax.dynamic_update_slice_in_dim(s, into + jnp.where(same, s_l, 0.0), off, 3)
     else:
         k_pos, v = jnp.arange(S), v_BSHD
-        s = jnp.zeros((B, H, T, S), jnp.float32)
+        s = jnp.zeros((B, H, T, S), acc)
         for level, b in enumerate(blocks):
             lo, hi = bounds[level], bounds[level + 1]
             s_l = jnp.einsum("bthd,bshd->bhts", q_BTHD[..., lo:hi], k_BSHD[..., lo:hi],
-                             preferred_element_type=jnp.float32) / (hi - lo)  # fmt: skip
+                             preferred_element_type=acc) / (hi - lo)  # fmt: skip
             same = q_pos[:, None] // b == k_pos[None, :] // b
             s = s + jnp.where(same[None, None], s_l, 0.0)
     # How many levels cover each pair (0: different level-0 blocks).
@@ -255,11 +261,11 @@ def cached_mlr_attention(
     if normalize == "levels":
         s = s / L
     elif normalize == "block_levels":
-        s = s / jnp.maximum(count_TS, 1).astype(jnp.float32)
+        s = s / jnp.maximum(count_TS, 1).astype(acc)
     s = s * logit_scale
     if alibi_slopes is not None:
-        distance_TS = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)
-        s = s - alibi_slopes.astype(jnp.float32)[None, :, None, None] * distance_TS
+        distance_TS = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(acc)
+        s = s - alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
     keep_TS = (q_pos[:, None] >= k_pos[None, :]) & (count_TS > 0)
     return _pv(jax.nn.softmax(jnp.where(keep_TS[None, None], s, _MASK_VALUE), axis=-1), v)
 

@@ -51,7 +51,7 @@ from jaxtyping import Array, Float, Int
 
 import pallas_kernels
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.attention import AttentionImpl, check_qkv
+from jaxlab.nn.attention import AttentionImpl, accumulation_dtype, check_qkv
 from jaxlab.nn.pallas_switch import pallas_ready
 
 __all__ = [
@@ -200,10 +200,10 @@ class _Region:
         x = x.reshape(*x.shape[:3], self.steps * self.rows, *x.shape[5:])[:, :, :, : self.Q]
         return jnp.moveaxis(x, 2, 3)  # (B, n, Q, H, ...)
 
-    def masks(self, q_pos, seg_q, keys_first=False):
+    def masks(self, q_pos, seg_q, acc, keys_first=False):
         """``keep`` (or None) and ALiBi ``bias`` (or None) of one step's queries (positions
         ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, K)``, or to
-        ``(B, n, H, K, rows)`` with ``keys_first``."""
+        ``(B, n, H, K, rows)`` with ``keys_first``; the bias in ``acc``."""
 
         def pair(x_q, x_k):  # (..., n, rows) and (..., n, K) -> broadcastable (..., n, 1, ., .)
             if keys_first:
@@ -222,8 +222,8 @@ class _Region:
         bias = None
         if self.slopes is not None:
             q_b, k_b = pair(q_pos, self.k_pos)
-            dist = jnp.abs(q_b - k_b).astype(jnp.float32)[None]  # (1, n, 1, ., .)
-            bias = -self.slopes.astype(jnp.float32)[:, None, None] * dist
+            dist = jnp.abs(q_b - k_b).astype(acc)[None]  # (1, n, 1, ., .)
+            bias = -self.slopes.astype(acc)[:, None, None] * dist
         return keep, bias
 
 
@@ -232,8 +232,9 @@ def _step_logits(region, q_t, k, q_pos, seg_q, keys_first=False):
     ``keys_first``) and their ``keep`` mask."""
     spec = "bnhkw,bnhqw->bnhkq" if keys_first else "bnhqw,bnhkw->bnhqk"
     a, b = (k, q_t) if keys_first else (q_t, k)
-    s = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
-    keep, bias = region.masks(q_pos, seg_q, keys_first)
+    acc = accumulation_dtype(q_t, k)
+    s = jnp.einsum(spec, a, b, preferred_element_type=acc)
+    keep, bias = region.masks(q_pos, seg_q, acc, keys_first)
     if bias is not None:
         s = s + bias
     if keep is not None:
@@ -254,6 +255,7 @@ def _region_forward(region, q_c, k_w, v):
     r = region
     k, v = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
     q_pos, seg_q = _step_inputs(r)
+    acc = accumulation_dtype(q_c, k_w, v)
 
     def step(xs):
         q_t, pos, seg = xs
@@ -263,7 +265,7 @@ def _region_forward(region, q_c, k_w, v):
         if keep is not None:
             p = jnp.where(keep, p, 0.0)
         o = jnp.einsum("bnhqk,bnhkd->bnhqd", p.astype(v.dtype), v,
-                       preferred_element_type=jnp.float32)  # fmt: skip
+                       preferred_element_type=acc)  # fmt: skip
         return m, p.sum(-1), o
 
     xs = (r.queries(r.pick_q(q_c)), q_pos, seg_q)
@@ -324,7 +326,8 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     big = -_MASK_VALUE  # padded queries: p = exp(s - big) = 0
     k, vv = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
     q_pos, seg_q = _step_inputs(r)
-    f32 = dict(preferred_element_type=jnp.float32)
+    acc = accumulation_dtype(q_c, k_w, v)
+    acc_kw = dict(preferred_element_type=acc)
 
     def step(carry, xs):
         dk, dv = carry
@@ -335,16 +338,16 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
         p_t = jnp.exp(s_t - lse_t[..., None, :])
         if keep is not None:
             p_t = jnp.where(keep, p_t, 0.0)
-        dv = dv + jnp.einsum("bnhkq,bnhqd->bnhkd", p_t.astype(do_t.dtype), do_t, **f32)
-        dp_t = jnp.einsum("bnhkd,bnhqd->bnhkq", vv, do_t, **f32)
+        dv = dv + jnp.einsum("bnhkq,bnhqd->bnhkd", p_t.astype(do_t.dtype), do_t, **acc_kw)
+        dp_t = jnp.einsum("bnhkd,bnhqd->bnhkq", vv, do_t, **acc_kw)
         ds_t = (p_t * (dp_t - delta_t[..., None, :])).astype(k.dtype)
-        dq_t = jnp.einsum("bnhkq,bnhkw->bnhqw", ds_t, k, **f32)
-        dk = dk + jnp.einsum("bnhkq,bnhqw->bnhkw", ds_t, q_t, **f32)
+        dq_t = jnp.einsum("bnhkq,bnhkw->bnhqw", ds_t, k, **acc_kw)
+        dk = dk + jnp.einsum("bnhkq,bnhqw->bnhkw", ds_t, q_t, **acc_kw)
         return (dk, dv), dq_t
 
     xs = (r.queries(r.pick_q(q_c)), r.queries(r.pick_q(do)), r.queries(r.pick_q(lse), big),
           r.queries(r.pick_q(delta)), q_pos, seg_q)  # fmt: skip
-    zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
+    zeros = lambda x: jnp.zeros(x.shape, acc)
     (dk, dv), dq = jax.lax.scan(step, (zeros(k), zeros(vv)), xs)
     unpick = lambda pick, x, g: jax.linear_transpose(pick, x)(g.astype(x.dtype))[0]
     return (unpick(r.pick_q, q_c, r.unqueries(dq)), unpick(r.pick_k, k_w, jnp.moveaxis(dk, 2, 3)),
@@ -353,14 +356,15 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
 
 def _blockwise_bwd(causal, periods, tile, residuals, do):
     q_regions, k, v, segment_ids, slopes, out, lse = residuals
-    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1)
-    dq_regions, dk, dv = [], jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
+    acc = accumulation_dtype(*q_regions, k, v)
+    delta = jnp.sum(out.astype(acc) * do.astype(acc), axis=-1)
+    dq_regions, dk, dv = [], jnp.zeros(k.shape, acc), jnp.zeros(v.shape, acc)
     for q_c, r in _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
         w = q_c.shape[-1]
         dq_c, dk_w, dv_c = _region_backward(r, q_c, k[..., :w], v, do, lse, delta)
         dq_regions.append(dq_c)
-        dk = dk.at[..., :w].add(dk_w.astype(jnp.float32))
-        dv = dv + dv_c.astype(jnp.float32)
+        dk = dk.at[..., :w].add(dk_w.astype(acc))
+        dv = dv + dv_c.astype(acc)
     return tuple(dq_regions), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
 
@@ -371,12 +375,12 @@ def mlr_region_queries(q, ranks, normalize=None, logit_scale: float = 1.0):
     """The per-region queries of the blockwise form: for finest covering level ``c``, the first
     ``sum_{l<=c} r_l`` channels, level ``l``'s multiplied by ``logit_scale * f_c / r_l`` with
     ``f_c`` the region's normalisation (1, 1/L or 1/(c+1))."""
-    L = len(ranks)
-    per_level = np.concatenate([np.full(r, 1.0 / r, np.float32) for r in ranks])
+    L, acc = len(ranks), accumulation_dtype(q)  # float32, or float64 for float64 queries
+    per_level = np.concatenate([np.full(r, 1.0 / r, acc) for r in ranks])
     out = []
     for c, w in enumerate(np.cumsum(ranks)):
         scale = per_level[:w] * (logit_scale * _norm_factor(normalize, c, L))
-        out.append((q[..., :w].astype(jnp.float32) * scale).astype(q.dtype))
+        out.append((q[..., :w].astype(acc) * scale).astype(q.dtype))
     return out
 
 
@@ -475,7 +479,7 @@ def blockwise_full_attention(
     (every region contracts all D channels): the like-for-like baseline of the benchmark, and a
     check of the merge (it equals plain attention)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    q_s = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    q_s = (q.astype(accumulation_dtype(q)) * scale).astype(q.dtype)
     _check_tile(tile)
     return _blockwise((q_s,) * num_levels, k, v, None, None, causal, 1, int(tile))
 
@@ -504,14 +508,15 @@ def mlr_attention_reference(
     check_mlr(ranks, q.shape[-1], q.shape[1], normalize)
     T, L = q.shape[1], len(ranks)
     pos = jnp.arange(T)
-    s = jnp.zeros((q.shape[0], q.shape[2], T, T), jnp.float32)
-    count = jnp.zeros((T, T), jnp.float32)
+    acc = accumulation_dtype(q, k, v)  # float32, or float64 for float64 inputs
+    s = jnp.zeros((q.shape[0], q.shape[2], T, T), acc)
+    count = jnp.zeros((T, T), acc)
     start = 0
     for level, r in enumerate(ranks):
         block = T // 2**level
         same = (pos[:, None] // block) == (pos[None, :] // block)
         q_l, k_l = q[..., start : start + r], k[..., start : start + r]
-        s_l = jnp.einsum("bthd,bshd->bhts", q_l, k_l, preferred_element_type=jnp.float32) / r
+        s_l = jnp.einsum("bthd,bshd->bhts", q_l, k_l, preferred_element_type=acc) / r
         s, count, start = s + jnp.where(same, s_l, 0.0), count + same, start + r
     if normalize == "levels":
         s = s / L

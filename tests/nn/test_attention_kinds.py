@@ -51,6 +51,18 @@ def test_global_sliding_window_adds_the_two_halves_probabilities():
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+def test_float64_inputs_give_float64_accurate_window_kinds(x64):
+    """With x64 on, SWA and GSWA accumulate in float64: 1e-12 against float64 numpy."""
+    q, k, v = (x.astype(jnp.float64) for x in _qkv(3))
+    want = np.einsum("bhts,bshd->bthd", _probs(q, k, 8**-0.5, 3), np.float64(v))
+    got = sliding_window_attention(q, k, v, window=3)
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(got, want, atol=1e-12, rtol=0)
+    p = _probs(q[..., :4], k[..., :4], 0.5, None) + _probs(q[..., 4:], k[..., 4:], 0.5, 2)
+    got = global_sliding_window_attention(q, k, v, window=2)
+    np.testing.assert_allclose(got, np.einsum("bhts,bshd->bthd", p, np.float64(v)), atol=1e-12)
+
+
 def test_mha_kind_is_the_plain_dispatch_bit_for_bit():
     q, k, v = _qkv(2)
     seg = jnp.array([[1] * 4 + [2] * 8, [1] * 12])

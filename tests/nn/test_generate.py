@@ -19,9 +19,15 @@ from flax import nnx
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.nn.attention import alibi_slopes
+from jaxlab.nn.attention import alibi_slopes, xla_attention
+from jaxlab.nn.attention_kinds import global_sliding_window_attention, sliding_window_attention
 from jaxlab.nn.generate import decode_step, generate, sample, teacher_forced_logits
-from jaxlab.nn.kv_cache import cached_mlr_attention
+from jaxlab.nn.kv_cache import (
+    cached_attention,
+    cached_global_sliding_window_attention,
+    cached_mlr_attention,
+    cached_sliding_window_attention,
+)
 from jaxlab.nn.mlr_attention import mlr_attention_reference
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -191,3 +197,32 @@ def test_cached_mlr_attention_equals_the_dense_construction(normalize, S):
     np.testing.assert_allclose(
         cached_mlr_attention(q[:, 3:8], k, v, jnp.int32(3), **kw), want[:, 3:8], atol=1e-5
     )
+
+
+def test_cached_attention_of_every_kind_is_float64_accurate_for_float64_inputs(x64):
+    """With x64 on, the cached forms accumulate in float64: 1e-12 against the uncached forms
+    (each checked against float64 numpy in its own tests), the prefill's form and one-token
+    steps (their slices of the cache)."""
+    ranks, H, S = (4, 2, 2), 2, 16
+    q, k, v = jax.random.normal(jax.random.key(3), (3, 1, S, H, sum(ranks)), jnp.float64)
+    slopes = jnp.asarray(alibi_slopes(H), jnp.float64)
+    mlr = dict(ranks=ranks, normalize="block_levels", seq_len=S, logit_scale=0.7)
+    cases = [
+        (lambda *a: cached_attention(*a, scale=0.3, alibi_slopes=slopes),
+         xla_attention(q, k, v, causal=True, scale=0.3, alibi_slopes=slopes)),
+        (lambda *a: cached_sliding_window_attention(*a, window=3, scale=0.3, alibi_slopes=None),
+         sliding_window_attention(q, k, v, window=3, scale=0.3)),
+        (lambda *a: cached_global_sliding_window_attention(*a, window=3, logit_factor=1.0,
+                                                           alibi_slopes=None),
+         global_sliding_window_attention(q, k, v, window=3)),
+        (lambda *a: cached_mlr_attention(*a, alibi_slopes=slopes, **mlr),
+         _reference_on_grid(q, k, v, ranks=ranks, normalize="block_levels", seq_len=S,
+                            slopes=slopes, logit_scale=0.7)),
+    ]  # fmt: skip
+    for cached, want in cases:
+        got = cached(q, k, v, jnp.int32(0))
+        assert got.dtype == jnp.float64
+        np.testing.assert_allclose(got, want, atol=1e-12, rtol=0)
+        for t in (5, 15):
+            step = cached(q[:, t : t + 1], k, v, jnp.int32(t))
+            np.testing.assert_allclose(step, want[:, t : t + 1], atol=1e-12, rtol=0)

@@ -26,6 +26,7 @@ from jaxlab.methods.structured_attention.scoring import (
     BilinearMLRScore,
     DotProductScore,
 )
+from jaxlab.nn.attention import accumulation_dtype
 from jaxlab.nn.layers import MLP, param_init
 from jaxlab.nn.linear import LinearSpec
 
@@ -101,7 +102,8 @@ class ScoredAttention(nnx.Module):
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
         B, T, D = x_BTD.shape
-        s_BHTS = self.score(x_BTD).astype(jnp.float32)
+        s_BHTS = self.score(x_BTD)
+        s_BHTS = s_BHTS.astype(accumulation_dtype(s_BHTS))  # float32, float64 for float64 input
         causal = jnp.tril(jnp.ones((T, T), bool))
         p_BHTS = jax.nn.softmax(jnp.where(causal, s_BHTS, _MASK_VALUE), axis=-1)
         v_BTHE = self.v(x_BTD).reshape(B, T, self.num_heads, D // self.num_heads)

@@ -44,7 +44,9 @@ __all__ = ["BilinearBTTScore", "BilinearMLRScore", "DotProductScore"]
 
 
 def _layernorm(dim: int, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    return nnx.LayerNorm(dim, use_bias=False, dtype=jnp.float32, rngs=rngs)
+    # dtype None: computed in the promotion of input and float32 scale, float32 for bfloat16 and
+    # float32 inputs (as before) and float64 for float64 ones, like the attention around it.
+    return nnx.LayerNorm(dim, use_bias=False, dtype=None, rngs=rngs)
 
 
 class DotProductScore(nnx.Module):

@@ -1,0 +1,47 @@
+"""The mlr_attention_bench cost model against a pair-by-pair count, and its config checks."""
+
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.experiment import load
+from jaxlab.nn.mlr_attention import mlr_covering_levels
+
+
+@pytest.fixture(scope="module")
+def exp(repo_root):
+    return load(repo_root / "experiments", "mlr_attention_bench")
+
+
+def _count(T, ranks, v_dim, exp_cost, n_qk, n_v, n_exp):
+    """Pair by pair: the blockwise program computes every causal pair and the whole diagonal
+    blocks of the finest level; a pair covered by ``n`` levels contracts their ``r_l``."""
+    L = len(ranks)
+    count = mlr_covering_levels(T, L)
+    computed = np.tril(np.ones((T, T), bool)) | (count == L)
+    width = np.cumsum(ranks)[count - 1]
+    per_pair = n_qk * 2 * width + n_v * 2 * v_dim + n_exp * exp_cost
+    return float(per_pair[computed].sum()), int(computed.sum())
+
+
+@pytest.mark.parametrize("ranks", [(4, 2, 1, 1), (8,), (2, 2, 2, 2, 2, 2, 2, 2)])
+def test_cost_model_counts_every_computed_pair(exp, ranks):
+    T, D = 256, sum(ranks)
+    assert sum(exp.computed_pairs(T, len(ranks))) == _count(T, ranks, D, 0.0, 1, 1, 1)[1]
+    # forward: QK, exp, PV; forward + backward: QK twice, dQ, dK; exp twice; PV, dV, dP
+    for pass_, counts in (("forward", (1, 1, 1)), ("forward_backward", (4, 3, 2))):
+        for c in (0.0, 7.5):
+            mlr = _count(T, ranks, D, c, *counts)[0]
+            mha = _count(T, (D,) + (0,) * (len(ranks) - 1), D, c, *counts)[0]
+            np.testing.assert_allclose(exp.model_ratio(ranks, T, D, c, pass_), mlr / mha)
+            np.testing.assert_allclose(
+                exp.cost_model(np.cumsum(ranks), T, D, c, pass_), mlr, rtol=1e-12
+            )
+
+
+def test_low_ranks_must_cut_the_qk_work_to_a_quarter(exp):
+    exp.Config(seq_len=256, ranks=(8, 4, 2, 2), low_ranks=(1, 1, 1, 13))
+    with pytest.raises(ConfigError, match="low_ranks"):
+        exp.Config(seq_len=256, ranks=(8, 4, 2, 2), low_ranks=(4, 4, 4, 4))
+    with pytest.raises(ConfigError, match="sum to"):
+        exp.Config(seq_len=256, ranks=(8, 4, 2, 2), low_ranks=(1, 1, 1, 1))
