@@ -8,7 +8,8 @@ their PyTorch modules: ``backbone.blocks.{i}.mlstm_layer.q.weight`` and so on, w
 as ``backbone.embeddings.weight`` (Hugging Face's ``xLSTMModel``) or ``embedding.weight``
 (``xLSTMLarge``). :data:`TENSORS` maps each onto jaxlab's parameters: a PyTorch ``Linear`` stores
 ``(out, in)`` and computes ``x W^T``, jaxlab's kernels are ``(in, out)``, so every projection is
-transposed; norms, gate biases and the embedding are copied. The authors' ``"fused"`` weight mode
+transposed; norms, gate biases and the embedding are copied, cast to ``param_dtype`` (a
+bfloat16 checkpoint reads through ``ml_dtypes``). The authors' ``"fused"`` weight mode
 (one ``qkv_opreact`` for q, k, v and the output gate, one ``ifgate_preact``, one
 ``proj_up_gate_z``) is split on load. Tensors are read with safetensors' numpy API, so no torch
 is needed. Anything that does not map is refused in one line (:class:`ConfigError`): a missing
@@ -274,13 +275,14 @@ def load_pretrained(
     if per_block:  # one stacked array per block parameter, filled block by block
         values["blocks"] = jax.tree.map(lambda x: np.empty(x.shape, x.dtype), like["blocks"])
     for path, (name, transposed) in names.items():
-        array = tensors[name].T if transposed else tensors[name]
+        stored = tensors.pop(name)  # freed once copied: one copy of the weights on the host
+        array = stored.T if transposed else stored
         target_path = (path[0], *path[2:]) if per_block and path[0] == "blocks" else path
         target = _get(like, target_path)
         shape = target.shape[1:] if per_block and path[0] == "blocks" else target.shape
         if array.shape != shape:
             raise ConfigError(
-                f"load_pretrained: {name} has shape {tensors[name].shape}, the config needs "
+                f"load_pretrained: {name} has shape {stored.shape}, the config needs "
                 f"{shape[::-1] if transposed else shape}"
             )
         array = np.asarray(array, dtype=target.dtype)

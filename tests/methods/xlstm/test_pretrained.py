@@ -12,6 +12,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from flax import nnx
@@ -201,3 +202,13 @@ def test_save_then_load_round_trip(tmp_path, scan):
     jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(nnx.state(loaded)),
                  nnx.to_pure_dict(nnx.state(model)))  # fmt: skip
     np.testing.assert_array_equal(loaded(TOKENS), model(TOKENS))
+
+
+def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
+    """Checkpoints stored in bfloat16 read through ml_dtypes and cast to the parameter dtype."""
+    tensors = {name: array.astype(ml_dtypes.bfloat16) for name, array in TENSORS.items()}
+    model = load_pretrained(write_checkpoint(tmp_path, TINY_CONFIG, tensors), scan_blocks=False)
+    kernel = model.blocks[0].mlstm.q.kernel[...]
+    assert kernel.dtype == jnp.float32
+    want = tensors["backbone.blocks.0.mlstm_layer.q.weight"].astype(np.float32).T
+    np.testing.assert_array_equal(kernel, want)
