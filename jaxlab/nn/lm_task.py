@@ -11,6 +11,11 @@ corpus's document bytes per token (from the shard index: a corpus average, not t
 each batch). Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
 baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. The z-loss
 coefficient belongs to the task (and so to each experiment's config), not to a model's config.
+With ``loss_chunk`` > 0 the loss is :func:`chunked_cross_entropy`: the model gives its final hidden
+states (``model.hidden``) and its head maps one block of ``loss_chunk`` tokens at a time to logits
+(``model.logits_from_hidden``: unembedding and any logit cap) under ``jax.checkpoint``, so the
+``(B, T, V)`` logits and their gradient never exist at once; the value and gradient are those of
+the plain loss. The Transformer and the xLSTM have both methods.
 When the model is first built its output vocabulary is checked against the data's (256 byte
 values, or the shard index's vocabulary): a smaller one would index past the logits and is a
 one-line ConfigError; :func:`fit_vocab` gives a model config the shards' vocabulary.
@@ -46,7 +51,13 @@ from jaxlab.data.text import (
     unigram_entropy_bits,
 )
 
-__all__ = ["LMTask", "compile_lm_train_step", "cross_entropy", "fit_vocab"]
+__all__ = [
+    "LMTask",
+    "chunked_cross_entropy",
+    "compile_lm_train_step",
+    "cross_entropy",
+    "fit_vocab",
+]
 
 
 def cross_entropy(
@@ -60,6 +71,52 @@ def cross_entropy(
     return ce, jnp.mean(lse_BT**2) * z_loss
 
 
+def chunked_cross_entropy(
+    h_BTD: Float[Array, "B T D"],
+    logits_fn: Callable[[Array], Array],
+    targets_BT: Int[Array, "B T"],
+    *,
+    chunk: int,
+    z_loss: float = 0.0,
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """:func:`cross_entropy` of ``logits_fn(h_BTD)``, computed ``chunk`` tokens at a time.
+
+    A ``lax.scan`` over blocks of ``chunk`` positions applies ``logits_fn`` (the model's
+    unembedding and logit cap) to one block, takes its log-partition and target logits and keeps
+    only their sums; each step is under ``jax.checkpoint``, so the backward recomputes a block's
+    logits instead of saving them. Live at any time: one block's ``(B, chunk, V)`` logits and
+    their gradient, never the row's. A row shorter than a multiple of ``chunk`` is padded with
+    zero-weight positions. Same value and gradient as the plain loss, up to float32 summation
+    order.
+    """
+    if chunk <= 0:
+        raise ConfigError(f"chunked_cross_entropy: chunk must be positive, got {chunk}")
+    B, T, D = h_BTD.shape
+    n = -(-T // chunk)
+    pad = ((0, 0), (0, n * chunk - T))
+    weight_BT = jnp.pad(jnp.ones((B, T), jnp.float32), pad)
+    # Chunk-major copies, so the scan reads its blocks as xs (a dynamic slice of a closed-over
+    # array would transpose to a full-size gradient accumulation per step).
+    h_NBCD = jnp.pad(h_BTD, (*pad, (0, 0))).reshape(B, n, chunk, D).swapaxes(0, 1)
+    t_NBC = jnp.pad(targets_BT, pad).reshape(B, n, chunk).swapaxes(0, 1)
+    w_NBC = weight_BT.reshape(B, n, chunk).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def block_sums(h_BCD, t_BC, w_BC):
+        logits_BCV = logits_fn(h_BCD).astype(jnp.float32)
+        lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
+        target_BC = jnp.take_along_axis(logits_BCV, t_BC[..., None], axis=-1)[..., 0]
+        return jnp.sum((lse_BC - target_BC) * w_BC), jnp.sum(lse_BC**2 * w_BC)
+
+    def body(sums, xs):
+        ce, z = block_sums(*xs)
+        return (sums[0] + ce, sums[1] + z), None
+
+    zero = jnp.zeros((), jnp.float32)
+    (ce_sum, z_sum), _ = jax.lax.scan(body, (zero, zero), (h_NBCD, t_NBC, w_NBC))
+    return ce_sum / (B * T), z_sum / (B * T) * z_loss
+
+
 @dataclasses.dataclass
 class LMTask:
     """Next-token prediction on a packed corpus.
@@ -70,6 +127,8 @@ class LMTask:
       source: corpus for :func:`jaxlab.data.corpus.load_documents` (``"kjv"``, a path, ``hf:...``,
         all byte-level), or ``"shards:DIR"`` for a corpus from :mod:`jaxlab.data.prepare`.
       z_loss: z-loss coefficient (0 disables it).
+      loss_chunk: tokens per block of :func:`chunked_cross_entropy` (0: the plain loss over the
+        full logits); needs a model with ``hidden`` and ``logits_from_hidden``.
       tokenizer: for shards, the tokenizer they must have been made with (a spec for
         :func:`jaxlab.data.tokenizer.load_tokenizer`; ``None`` accepts the shards' own).
 
@@ -83,9 +142,11 @@ class LMTask:
     source: str = "kjv"
     z_loss: float = 0.0
     tokenizer: str | None = None
+    loss_chunk: int = 0
 
     def __post_init__(self) -> None:
         check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
+        check(self.loss_chunk >= 0, f"loss_chunk must be >= 0, got {self.loss_chunk}")
         directory = shards_dir(self.source)
         self.corpus = None if directory is None else ShardCorpus(directory)
         if self.corpus is None:
@@ -112,6 +173,13 @@ class LMTask:
         model = self.build(rngs)
         if not getattr(self, "_vocab_checked", False):
             self._check_vocab(model)
+            if self.loss_chunk and not all(
+                hasattr(model, name) for name in ("hidden", "logits_from_hidden")
+            ):
+                raise ConfigError(
+                    f"loss_chunk={self.loss_chunk} needs a model with hidden() and "
+                    f"logits_from_hidden(); {type(model).__name__} has not: set loss_chunk=0"
+                )
             self._vocab_checked = True
         return model
 
@@ -139,10 +207,16 @@ class LMTask:
         del key  # The baseline LM is deterministic (no dropout).
         chex.assert_rank(batch["inputs"], 2)
         chex.assert_equal_shape([batch["inputs"], batch["targets"], batch["segment_ids"]])
-        logits_BTV = model(
-            batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"]
-        )
-        ce, z = cross_entropy(logits_BTV, batch["targets"], self.z_loss)
+        inputs = dict(segment_ids=batch["segment_ids"], positions=batch["positions"])
+        if self.loss_chunk:
+            h_BTD = model.hidden(batch["inputs"], **inputs)
+            ce, z = chunked_cross_entropy(
+                h_BTD, model.logits_from_hidden, batch["targets"],
+                chunk=self.loss_chunk, z_loss=self.z_loss,
+            )  # fmt: skip
+        else:
+            logits_BTV = model(batch["inputs"], **inputs)
+            ce, z = cross_entropy(logits_BTV, batch["targets"], self.z_loss)
         if self.corpus is None or self._byte_level:
             return ce + z, {"loss": ce, "bits_per_byte": ce / math.log(2), "z_loss": z}
         bits = ce / math.log(2)
@@ -213,15 +287,17 @@ def compile_lm_train_step(
     mesh_cfg: MeshConfig,
     train_cfg: TrainConfig | None = None,
     z_loss: float = 0.0,
+    loss_chunk: int = 0,
 ) -> dict[str, float]:
     """Compiles the train step of the LM ``model_cls(model_cfg, rngs=...)`` ahead of time.
 
     The step is the loop's own (:func:`jaxlab.core.aot.compile_train_step`) on a mesh over this
-    process's devices, for ``(batch_size, model_cfg.seq_len)`` batches; nothing is run. Module-level
+    process's devices, for ``(batch_size, model_cfg.seq_len)`` batches, with the task's ``z_loss``
+    and ``loss_chunk``; nothing is run. Module-level
     and picklable, so :func:`jaxlab.core.aot.run_with_devices` can run it with simulated devices.
     """
     build = lambda rngs: model_cls(model_cfg, rngs=rngs)  # noqa: E731
-    task = LMTask(build=build, seq_len=model_cfg.seq_len, z_loss=z_loss)
+    task = LMTask(build=build, seq_len=model_cfg.seq_len, z_loss=z_loss, loss_chunk=loss_chunk)
     shape = (batch_size, model_cfg.seq_len)
     batch = {k: (shape, jnp.int32) for k in ("inputs", "targets", "segment_ids", "positions")}
     tx = make_optimizer(train_cfg or TrainConfig())

@@ -199,13 +199,28 @@ class Transformer(nnx.Module):
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
+        h_BTD = self.hidden(tokens_BT, segment_ids=segment_ids, positions=positions)
+        return self.logits_from_hidden(h_BTD)
+
+    def hidden(
+        self,
+        tokens_BT: Int[Array, "B T"],
+        *,
+        segment_ids: Int[Array, "B T"] | None = None,
+        positions: Int[Array, "B T"] | None = None,
+    ) -> Float[Array, "B T D"]:
+        """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits (the
+        split :func:`jaxlab.nn.lm_task.chunked_cross_entropy` uses)."""
         x_BTD = constrain(self.embed(tokens_BT, positions), "batch", None, None)
         if not self.cfg.document_mask:
             segment_ids = None
         for block in self.blocks:
             x_BTD = constrain(block(x_BTD, segment_ids), "batch", None, None)
-        logits_BTV = self.unembed(self.final_norm(x_BTD))
-        return logits_BTV.astype(jnp.float32)
+        return self.final_norm(x_BTD)
+
+    def logits_from_hidden(self, h_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+        """The unembedding, in float32."""
+        return self.unembed(h_BTD).astype(jnp.float32)
 
     def init_cache(self, batch_size: int, max_len: int) -> kv_cache.KVCache:
         """A key/value cache of ``max_len`` positions (:func:`jaxlab.nn.kv_cache.init_cache`)."""

@@ -56,6 +56,11 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
       norm_eps, cell_eps: eps of the norms and of the mLSTM normaliser.
       cell_form, chunk_size: which :func:`~jaxlab.methods.xlstm.mlstm` form trains, its chunk.
       remat: rematerialise each block in the backward.
+      remat_group: with ``remat`` and ``scan_blocks``, also checkpoint groups of this many blocks
+        (two-level rematerialisation: ``num_layers / remat_group + remat_group`` saved block
+        inputs instead of ``num_layers``, for a third forward of each block); 0 or 1: one level.
+      ffn_chunk: apply the SwiGLU to blocks of this many tokens, each rematerialised, so its
+        ``(B, T, d_ff)`` hidden activations never live at once (0: the whole row; same result).
       scan_blocks: stack the blocks' parameters on a leading ``layers`` axis and run them as one
         ``lax.scan`` (one compiled block instead of ``num_layers``); mLSTM-only models.
       slstm_blocks: indices of blocks whose mixer is an sLSTM (:mod:`jaxlab.methods.xlstm.slstm`).
@@ -84,6 +89,8 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     cell_form: CellForm = "auto"  # Pallas kernels on GPU/TPU once enabled, chunkwise otherwise
     chunk_size: int = 64
     remat: bool = False
+    remat_group: int = 0
+    ffn_chunk: int = 0
     scan_blocks: bool = False
     slstm_blocks: tuple[int, ...] = ()  # blocks with an sLSTM layer instead (not in xLSTM 7B)
 
@@ -91,6 +98,11 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
         for name in ("d_model", "num_heads", "chunk_size", "ffn_multiple"):
             value = getattr(self, name)
             check(value > 0, f"model.{name} must be positive, got {value}")
+        check(
+            self.remat_group <= 1 or self.num_layers % self.remat_group == 0,
+            f"model.remat_group={self.remat_group} must divide model.num_layers={self.num_layers}",
+        )
+        check(self.ffn_chunk >= 0, f"model.ffn_chunk must be >= 0, got {self.ffn_chunk}")
         check(self.d_ff >= 0, "model.d_ff must be >= 0 (0 means round_up(ffn_factor * E))")
         for name in ("qk_dim", "v_dim"):
             value = getattr(self, name)

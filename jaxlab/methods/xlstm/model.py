@@ -24,7 +24,10 @@ Block kinds. Every block of the 7B is an :class:`mLSTMBlock`; the blocks a confi
 Scanned blocks. With ``cfg.scan_blocks`` the (mLSTM-only) blocks are one :class:`mLSTMBlock` whose
 parameters carry a leading ``layers`` axis, run by a ``lax.scan`` (the residual stream is the
 carry; under ``remat`` each step is checkpointed, so only the blocks' inputs are saved): one block
-compiled instead of ``num_layers``, and one block's FSDP-gathered weights live at a time.
+compiled instead of ``num_layers``, and one block's FSDP-gathered weights live at a time. With
+``cfg.remat_group`` = g > 1 the training forward is a scan over groups of g blocks, each group
+checkpointed too: the backward keeps ``num_layers / g`` group inputs plus one group's g block
+inputs instead of every block's input, for one more forward of every block.
 :func:`stack_blocks` copies an unscanned model's parameters into a scanned one.
 
 Generation. :meth:`xLSTM.init_cache` gives an :class:`XLSTMCache`: the per-block recurrent states
@@ -198,16 +201,40 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
 
 
 class SwiGLU(nnx.Module):
-    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), all three maps from the linear factory."""
+    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), all three maps from the linear factory.
+
+    With ``cfg.ffn_chunk`` > 0 and a longer input, the map runs over blocks of that many tokens in
+    a ``lax.scan``, each block under ``jax.checkpoint``: the ``(B, T, d_ff)`` hidden activations
+    never exist at once, in the forward or in the backward (which recomputes one block's). The map
+    is per token, so the result is the plain one's (``ffn_chunk=0``, the reference).
+    """
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         E, ff, linear, std = cfg.d_model, cfg.ff_dim, cfg.linear_factory(), init_stds(cfg)
         self.gate = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
         self.up = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
         self.down = linear(ff, E, std=std.ffn_down, axes=("mlp", "embed"), rngs=rngs)
+        self.chunk = cfg.ffn_chunk
+
+    def _plain(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
+        return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
 
     def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
-        return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
+        B, T, E = x_BTE.shape
+        if not self.chunk or T <= self.chunk:
+            return self._plain(x_BTE)
+        n, c = -(-T // self.chunk), self.chunk
+        # Chunk-major blocks as the scan's xs (padding rows are computed and dropped).
+        x_NBCE = jnp.pad(x_BTE, ((0, 0), (0, n * c - T), (0, 0)))
+        x_NBCE = x_NBCE.reshape(B, n, c, E).swapaxes(0, 1)
+        graphdef, params = nnx.split(self)
+
+        @jax.checkpoint
+        def block(params, x_BCE):
+            return nnx.merge(graphdef, params)._plain(x_BCE)
+
+        _, y_NBCE = jax.lax.scan(lambda _, x: (None, block(params, x)), None, x_NBCE)
+        return y_NBCE.swapaxes(0, 1).reshape(B, n * c, E)[:, :T]
 
 
 def _residual(block, norm, mixer, x_BTE, reset_BT, state):
@@ -284,8 +311,9 @@ class xLSTM(nnx.Module):  # noqa: N801
         )  # fmt: skip
 
     def _run(self, tokens_BT, reset_BT, states):
-        """Logits and the blocks' states after them; ``states`` None (training) or the cache's
-        (a tuple per block, or one stacked state with ``scan_blocks``)."""
+        """Final-normed hidden states and the blocks' states after them; ``states`` None
+        (training) or the cache's (a tuple per block, or one stacked state with
+        ``scan_blocks``)."""
         x_BTE = constrain(self.embed(tokens_BT), "batch", None, None)
         if self.cfg.scan_blocks:
             x_BTE, new_states = self._scan_blocks(x_BTE, reset_BT, states)
@@ -301,9 +329,14 @@ class xLSTM(nnx.Module):  # noqa: N801
                 x_BTE = constrain(x_BTE, "batch", None, None)
                 new_states.append(state)
             new_states = tuple(new_states)
-        logits_BTV = self.unembed(self.out_norm(x_BTE).astype(self.embed.dtype))
-        logits_BTV = logits_BTV.astype(_acc(self.embed.dtype))
-        return soft_cap(logits_BTV, self.cfg.logit_soft_cap), new_states
+        return self.out_norm(x_BTE).astype(self.embed.dtype), new_states
+
+    def logits_from_hidden(self, h_BTE: Float[Array, "B T E"]) -> Float[Array, "B T V"]:
+        """The head: unembedding of the final-normed hidden states, soft-capped at
+        ``cfg.logit_soft_cap``, in float32 (float64 for a float64 model) (what
+        :func:`jaxlab.nn.lm_task.chunked_cross_entropy` applies one block of tokens at a time)."""
+        logits_BTV = self.unembed(h_BTE).astype(_acc(self.embed.dtype))
+        return soft_cap(logits_BTV, self.cfg.logit_soft_cap)
 
     def _scan_blocks(self, x_BTE, reset_BT, states):
         """The stacked blocks as one ``lax.scan``: the residual stream is the carry, each step
@@ -319,7 +352,18 @@ class xLSTM(nnx.Module):  # noqa: N801
 
         if self.cfg.remat:  # save only each block's input; recompute the block in the backward
             body = jax.checkpoint(body)
-        return jax.lax.scan(body, x_BTE, (params, states))
+        group = self.cfg.remat_group
+        if not (self.cfg.remat and group > 1 and states is None):
+            return jax.lax.scan(body, x_BTE, (params, states))
+        # Two levels: an outer scan over groups of `group` blocks saves only each group's input;
+        # the backward recomputes one group, saving its blocks' inputs, then each block.
+        grouped = jax.tree.map(lambda p: p.reshape(-1, group, *p.shape[1:]), params)
+
+        @jax.checkpoint
+        def group_body(x_BTE, group_params):
+            return jax.lax.scan(body, x_BTE, (group_params, None))[0], None
+
+        return jax.lax.scan(group_body, x_BTE, grouped)[0], None
 
     def __call__(
         self,
@@ -328,13 +372,24 @@ class xLSTM(nnx.Module):  # noqa: N801
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
+        h_BTE = self.hidden(tokens_BT, segment_ids=segment_ids, positions=positions)
+        return self.logits_from_hidden(h_BTE)
+
+    def hidden(
+        self,
+        tokens_BT: Int[Array, "B T"],
+        *,
+        segment_ids: Int[Array, "B T"] | None = None,
+        positions: Int[Array, "B T"] | None = None,
+    ) -> Float[Array, "B T E"]:
+        """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits."""
         del positions  # the recurrence carries order
         B, T = tokens_BT.shape
         reset_BT = jnp.zeros((B, T), bool).at[:, 0].set(True)
         if segment_ids is not None and self.cfg.document_mask:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids[:, 1:] != segment_ids[:, :-1])
-        logits_BTV, _ = self._run(tokens_BT, reset_BT, None)
-        return logits_BTV
+        h_BTE, _ = self._run(tokens_BT, reset_BT, None)
+        return h_BTE
 
     # ------------------------------------------------------------------------------ generation
 
@@ -362,8 +417,8 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
         B, T = tokens_BT.shape
         reset_BT = (cache.pos + jnp.arange(T) == 0)[None, :].repeat(B, 0)
-        logits_BTV, states = self._run(tokens_BT, reset_BT, cache.states)
-        return logits_BTV, XLSTMCache(states, cache.pos + T)
+        h_BTE, states = self._run(tokens_BT, reset_BT, cache.states)
+        return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + T)
 
 
 def stack_blocks(unscanned: xLSTM, scanned: xLSTM) -> None:
