@@ -109,6 +109,7 @@ PRESETS = {
         SSTConfig(
             rank=8,
             resample_every=10,
+            iteration_warmup=1,
             relora_every=100,
             relora_warmup=10,
             galore_every=50,
@@ -132,6 +133,7 @@ PRESETS = {
         SSTConfig(
             rank=2,
             resample_every=4,
+            iteration_warmup=1,
             relora_every=10,
             relora_warmup=2,
             galore_every=10,
