@@ -248,6 +248,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             "trainable_params": {m: r["trainable_params"] for m, r in results.items()},
             "rank": cfg.sst.rank,
             "width": cfg.d_model,
+            "widths": cfg.widths,  # the deep preset's teacher and student
             "seeds": len(cfg.seeds),
             "learning_rates": rates,
         },
