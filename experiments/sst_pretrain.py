@@ -2,20 +2,26 @@
 
 With a fraction of full-rank AdamW's optimizer state.
 
-Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: tiny shapes, 4 runs)
+Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: tiny shapes, 7 runs)
 Result:   the headline printed at the end: validation perplexity per method, the perplexity-gap
           reduction 1 − (ppl_SST − ppl_full)/(ppl_low-rank − ppl_full) against the best low-rank
           baseline, trainable parameters, optimizer-state bytes and step times relative to full
-          rank, and the RMT+SST row; measured numbers in ``jaxlab/methods/sst/README.md``
+          rank, the seed-paired gap reduction against every baseline with the step from which
+          SST stays ahead (``headline.paired``), and the RMT+SST row; measured numbers in
+          ``jaxlab/methods/sst/README.md``
 
 A byte-level decoder (:class:`jaxlab.nn.transformer.Transformer`) on the shipped KJV corpus, with
 rank r ≈ 6% of the width (the paper's LLaMA-1.3B ratio, Zhao et al., ICML 2025, Table 4), trained
 at equal steps by full-rank AdamW, LoRA, ReLoRA*, GaLore and SST (:mod:`jaxlab.methods.sst`): one
-recipe (schedule, clipping, batches, steps, seed); only how the attention and MLP maps are trained
-differs (embeddings and the output head train at full rank in every run, as in the paper). The
-gradient-norm traces show ReLoRA*'s drop after each merge (B = 0 makes A's gradient vanish). An
-extra row trains the matched Residual Matrix Transformer (:mod:`jaxlab.methods.rmt`) with SST on
-its MLP maps (its attention reads and writes the residual matrix through keys, not linear maps).
+recipe (schedule shape, clipping, batches, steps, paired seeds) with one learning rate per method,
+the best of ``lr_grid`` on short seed-0 runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`);
+SST follows the paper's iteration schedule (App. F) scaled to hold 4 rounds
+(:func:`~jaxlab.methods.sst.config.scaled_iteration`); only how the attention and MLP maps are
+trained differs (embeddings and the output head train at full rank in every run, as in the
+paper). The gradient-norm traces show ReLoRA*'s drop after each merge (B = 0 makes A's gradient
+vanish). An extra row trains the matched Residual Matrix Transformer (:mod:`jaxlab.methods.rmt`)
+with SST on its MLP maps (its attention reads and writes the residual matrix through keys, not
+linear maps), at the Transformer's rate of the same method.
 ``--set preset=paper`` / ``paper_130m`` give LLaMA-1.3B / 130M shapes (GaLore's protocol: 100K /
 20K steps of 512 rows of 256 tokens) for accelerators.
 """
