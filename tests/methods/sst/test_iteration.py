@@ -75,5 +75,7 @@ def test_scaled_iteration_keeps_the_paper_values_when_they_fit():
     # 3,000 steps, 4 rounds of 16 iterations: T₃ = ⌊3000/64⌋ = 46, warm-up 46/10 → 5
     assert scaled_iteration(steps=3000, k=64, rank=4, rounds=4) == (46, 5)
     assert scaled_iteration(steps=30, k=64, rank=4, rounds=1) == (1, 1)
+    # ⌈10/4⌉ = 3 iterations per round: T₃ = ⌊1000/6⌋ = 166, warm-up round(16.6) = 17
+    assert scaled_iteration(steps=1000, k=10, rank=4, rounds=2) == (166, 17)
     with pytest.raises(ConfigError, match="cannot hold 4 rounds"):
         scaled_iteration(steps=10, k=64, rank=4, rounds=4)
