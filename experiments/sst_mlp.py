@@ -1,6 +1,7 @@
 """A student MLP of a random full-rank teacher: full < SST < min(LoRA, ReLoRA*) at equal rank.
 
 Command:  python experiments/run.py --exp=sst_mlp            (``--smoke``: under a minute)
+          python experiments/run.py --exp=sst_mlp --set preset=deep   (deep tanh teacher)
 Result:   the headline printed at the end: each method's validation relative MSE (mean ± sample sd
           over 3 seeds) and whether full < SST < min(LoRA, ReLoRA*) holds; measured numbers in
           ``jaxlab/methods/sst/README.md``
@@ -11,7 +12,11 @@ same shape is trained by each method at the same rank r (SST, LoRA, ReLoRA*, GaL
 rank, under one recipe (AdamW, the loop's warmup + cosine schedule, clipping, steps, batches,
 seeds); only how the two weight matrices are trained differs (Zhao et al., ICML 2025, compare
 their Table 1 and Sec. 5 for the low-rank baselines). GaLore's scale α is 1 so that its learning
-rate is the recipe's.
+rate is the recipe's. The ``deep`` preset replaces the pair by a deep tanh teacher and student
+(64 → 256 → 256 → 256 → 32, :class:`~jaxlab.methods.sst.teacher.TanhMLP`) at r = 16, with the
+paper's iteration schedule scaled to 4 rounds and one learning rate per method from a grid on
+short runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`); its headline adds the seed-paired
+gap reduction beside the paper's small-model range (Zhao et al., ICML 2025: 50-67%).
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
+from jaxlab.methods.sst.config import scaled_iteration
 from jaxlab.methods.sst.teacher import TeacherStudentTask
+from jaxlab.methods.sst.tuning import choose_rates
+
+# Zhao et al., ICML 2025: SST's perplexity-gap reduction against the best low-rank method on their
+# smaller models (50-67%) and on LLaMA-1.3B (97.4%).
+PAPER = {"gap_reduction_small_models": (0.50, 0.67), "gap_reduction_llama_1.3b": 0.974}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +47,12 @@ class Config:
     sst: SSTConfig
     d_model: int = 64
     hidden: int = 256
+    widths: tuple[int, ...] = ()  # a deep tanh teacher (TanhMLP) instead of d -> hidden -> d
     rows: int = 16384
     methods: tuple[str, ...] = METHODS
     seeds: tuple[int, ...] = (0, 1, 2)
+    lr_grid: tuple[float, ...] = ()  # () trains every method at train.learning_rate
+    grid_steps: int = 0  # the grid runs' length (seed seeds[0]); 0 means train.steps
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in METHODS]
@@ -48,6 +62,11 @@ class Config:
             min(self.d_model, self.hidden, self.rows) >= 1,
             f"d_model, hidden and rows must be >= 1, got {self.d_model}, {self.hidden}, "
             f"{self.rows}",
+        )
+        check(all(lr > 0 for lr in self.lr_grid), f"lr_grid={self.lr_grid} must be positive")
+        check(
+            0 <= self.grid_steps <= self.train.steps,
+            f"grid_steps={self.grid_steps} must lie in [0, train.steps={self.train.steps}]",
         )
 
 
@@ -67,6 +86,7 @@ PRESETS = {
         sst=SSTConfig(
             rank=4,
             resample_every=25,
+            iteration_warmup=0,  # as measured (README); the deep preset has App. F's warm-up
             relora_every=250,
             relora_warmup=25,
             galore_every=200,
@@ -86,6 +106,7 @@ PRESETS = {
         sst=SSTConfig(
             rank=2,
             resample_every=5,
+            iteration_warmup=1,
             relora_every=20,
             relora_warmup=5,
             galore_every=20,
@@ -99,16 +120,58 @@ PRESETS = {
 }
 
 
+def _deep() -> Config:
+    """The deep tanh teacher 64 -> 256 -> 256 -> 256 -> 32 at r = 16 (6.25% of the hidden width),
+    3,000 steps holding 4 rounds of the 256-wide maps' ⌈256/16⌉ = 16 iterations (T₃ = 46), two
+    seeds, a learning rate per method from a grid on 600-step seed-0 runs."""
+    steps, rank = 3000, 16
+    t3, warmup = scaled_iteration(steps, k=256, rank=rank, rounds=4)
+    return Config(
+        train=TrainConfig(
+            steps=steps,
+            warmup_steps=100,
+            log_every=100,
+            eval_every=250,
+            checkpoint_every=1000,
+            **_TRAIN,
+        ),
+        sst=SSTConfig(
+            rank=rank,
+            resample_every=t3,
+            iteration_warmup=warmup,
+            relora_every=500,
+            relora_warmup=50,
+            galore_every=200,
+            galore_scale=1.0,
+        ),
+        widths=(64, 256, 256, 256, 32),
+        seeds=(0, 1),
+        lr_grid=(1e-3, 3e-3),
+        grid_steps=600,
+    )
+
+
+PRESETS["deep"] = _deep
+
+
 def get_config(preset: str = "default") -> Config:
     return select_preset("sst_mlp", PRESETS, preset)
 
 
-def _run(cfg: Config, data: TeacherStudentTask, method: str, seed: int) -> Run:
-    """One method with one seed: its config and its training (see core.sweep)."""
+def _run(
+    cfg: Config, data: TeacherStudentTask, method: str, seed: int, lr: float, steps: int = 0
+) -> Run:
+    """One method with one seed at rate ``lr`` (for ``steps`` steps if given): its config and its
+    training (see core.sweep)."""
     task = LowRankTask(data, dataclasses.replace(cfg.sst, method=method, seed=seed))
-    train = dataclasses.replace(cfg.train, seed=seed)
+    train = dataclasses.replace(cfg.train, seed=seed, learning_rate=lr)
+    if steps:
+        train = dataclasses.replace(train, steps=steps, checkpoint_every=steps)
     record = {"method": method, "train": to_dict(train), "sst": to_dict(task.sst)}
-    full = {**record, "teacher": {"d_model": cfg.d_model, "hidden": cfg.hidden, "rows": cfg.rows}}
+    teacher = {"d_model": cfg.d_model, "hidden": cfg.hidden, "rows": cfg.rows}
+    if cfg.widths:  # recorded only when set, so the default's finished runs stay reusable
+        teacher["widths"] = list(cfg.widths)
+    full = {**record, "teacher": teacher}
 
     def fit(workdir: pathlib.Path) -> dict:
         summary = run_training(task, train, workdir, config_record=record, verbose=False)
@@ -126,14 +189,26 @@ def _run(cfg: Config, data: TeacherStudentTask, method: str, seed: int) -> Run:
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    data = TeacherStudentTask(d_model=cfg.d_model, hidden=cfg.hidden, rows=cfg.rows)
-    swept = sweep(workdir, cfg.methods, cfg.seeds, lambda m, s: _run(cfg, data, m, s))
+    data = TeacherStudentTask(
+        d_model=cfg.d_model, hidden=cfg.hidden, widths=cfg.widths, rows=cfg.rows
+    )
+    rates, grid = {m: cfg.train.learning_rate for m in cfg.methods}, {}
+    if cfg.lr_grid:  # the best final validation MSE of a short seed-0 run per method
+        rates, grid = choose_rates(
+            workdir / "lr_grid", cfg.methods, cfg.lr_grid, cfg.seeds[0],
+            lambda m, lr, s: _run(cfg, data, m, s, lr, cfg.grid_steps or cfg.train.steps),
+            score=lambda result: result["final"],
+        )  # fmt: skip
+        for method, lr in rates.items():
+            print(f"{method}: learning rate {lr:g} (grid {grid[method]})")
+    swept = sweep(workdir, cfg.methods, cfg.seeds, lambda m, s: _run(cfg, data, m, s, rates[m]))
     results: dict[str, dict] = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, (method, runs) in enumerate(swept.items()):
             final = mean_sd([r["final"] for r in runs])
             results[method] = {
                 "eval_relative_mse": final,
+                "learning_rate": rates[method],
                 "trainable_params": runs[0]["trainable_params"],
                 "optimizer_state_bytes": runs[0]["optimizer_state_bytes"],
                 "runs": runs,
@@ -144,7 +219,8 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         {m: (r["runs"][0]["steps"], r["runs"][0]["eval_relative_mse"]) for m, r in results.items()},
         xlabel="step",
         ylabel="validation MSE / target variance",
-        title=f"sst_mlp: rank {cfg.sst.rank} of {cfg.d_model} (seed {cfg.seeds[0]})",
+        title=f"sst_mlp: rank {cfg.sst.rank}, widths {cfg.widths or (cfg.d_model, cfg.hidden)} "
+        f"(seed {cfg.seeds[0]})",
         logy=True,
     )
     save_figure(fig, workdir / "val_relative_mse.png")
@@ -153,6 +229,16 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     if {"full", "sst", "lora", "relora"} <= set(mse):
         order = mse["full"] < mse["sst"] < min(mse["lora"], mse["relora"])
     gap = _gap_reduction(mse)
+    if gap is not None:  # seed-paired: seed i of SST against seed i of full and of the baseline
+        best = gap["against"]
+        per_seed = [
+            _gap_reduction({m: results[m]["runs"][i]["final"] for m in ("full", "sst", best)})[
+                "value"
+            ]
+            for i in range(len(cfg.seeds))
+        ]
+        gap["per_seed"] = per_seed
+        gap["paired"] = mean_sd(per_seed) if None not in per_seed else None
     return {
         "methods": results,
         "headline": {
@@ -162,8 +248,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             "trainable_params": {m: r["trainable_params"] for m, r in results.items()},
             "rank": cfg.sst.rank,
             "width": cfg.d_model,
+            "widths": cfg.widths,  # the deep preset's teacher and student
             "seeds": len(cfg.seeds),
+            "learning_rates": rates,
         },
+        "lr_grid": grid,
+        "paper": PAPER,
     }
 
 

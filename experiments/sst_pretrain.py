@@ -2,20 +2,26 @@
 
 With a fraction of full-rank AdamW's optimizer state.
 
-Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: tiny shapes, 4 runs)
+Command:  python experiments/run.py --exp=sst_pretrain       (``--smoke``: tiny shapes, 7 runs)
 Result:   the headline printed at the end: validation perplexity per method, the perplexity-gap
           reduction 1 − (ppl_SST − ppl_full)/(ppl_low-rank − ppl_full) against the best low-rank
           baseline, trainable parameters, optimizer-state bytes and step times relative to full
-          rank, and the RMT+SST row; measured numbers in ``jaxlab/methods/sst/README.md``
+          rank, the seed-paired gap reduction against every baseline with the step from which
+          SST stays ahead (``headline.paired``), and the RMT+SST row; measured numbers in
+          ``jaxlab/methods/sst/README.md``
 
 A byte-level decoder (:class:`jaxlab.nn.transformer.Transformer`) on the shipped KJV corpus, with
 rank r ≈ 6% of the width (the paper's LLaMA-1.3B ratio, Zhao et al., ICML 2025, Table 4), trained
 at equal steps by full-rank AdamW, LoRA, ReLoRA*, GaLore and SST (:mod:`jaxlab.methods.sst`): one
-recipe (schedule, clipping, batches, steps, seed); only how the attention and MLP maps are trained
-differs (embeddings and the output head train at full rank in every run, as in the paper). The
-gradient-norm traces show ReLoRA*'s drop after each merge (B = 0 makes A's gradient vanish). An
-extra row trains the matched Residual Matrix Transformer (:mod:`jaxlab.methods.rmt`) with SST on
-its MLP maps (its attention reads and writes the residual matrix through keys, not linear maps).
+recipe (schedule shape, clipping, batches, steps, paired seeds) with one learning rate per method,
+the best of ``lr_grid`` on short seed-0 runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`);
+SST follows the paper's iteration schedule (App. F) scaled to hold 4 rounds
+(:func:`~jaxlab.methods.sst.config.scaled_iteration`); only how the attention and MLP maps are
+trained differs (embeddings and the output head train at full rank in every run, as in the
+paper). The gradient-norm traces show ReLoRA*'s drop after each merge (B = 0 makes A's gradient
+vanish). An extra row trains the matched Residual Matrix Transformer (:mod:`jaxlab.methods.rmt`)
+with SST on its MLP maps (its attention reads and writes the residual matrix through keys, not
+linear maps), at the Transformer's rate of the same method.
 ``--set preset=paper`` / ``paper_130m`` give LLaMA-1.3B / 130M shapes (GaLore's protocol: 100K /
 20K steps of 512 rows of 256 tokens) for accelerators.
 """
@@ -39,6 +45,8 @@ from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
+from jaxlab.methods.sst.config import scaled_iteration
+from jaxlab.methods.sst.tuning import choose_rates
 from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.spectral import Spectral
 from jaxlab.nn.transformer import Transformer, TransformerConfig
@@ -59,12 +67,19 @@ class Config:
     seeds: tuple[int, ...] = (0,)
     data: str = "kjv"
     time_rounds: int = 5  # 0 skips the step timing
+    lr_grid: tuple[float, ...] = ()  # () trains every arm at train.learning_rate
+    grid_steps: int = 0  # the grid runs' length (seed seeds[0]); 0 means train.steps
 
     def __post_init__(self) -> None:
         bad = [m for m in (*self.methods, *self.rmt_methods) if m not in METHODS]
         check(not bad, f"methods={bad} are not methods; choose from {list(METHODS)}")
         check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
+        check(all(lr > 0 for lr in self.lr_grid), f"lr_grid={self.lr_grid} must be positive")
+        check(
+            0 <= self.grid_steps <= self.train.steps,
+            f"grid_steps={self.grid_steps} must lie in [0, train.steps={self.train.steps}]",
+        )
         for model in (self.model, self.rmt):  # a bad data source or vocabulary fails here
             fit_vocab(model, self.data)
         # The rank must fit every map SST converts: found here, not after the baselines trained.
@@ -92,29 +107,43 @@ def _config(pair, train: TrainConfig, sst: SSTConfig, **kw) -> Config:
     return Config(model=pair[0], rmt=pair[1], train=train, sst=sst, **kw)
 
 
-PRESETS = {
-    "default": lambda: _config(
-        _pair(128, 4, 32, 128),
+def _default() -> Config:
+    """Width 64 (r = 4, 6.25%), 2 layers, 32-byte contexts: small enough for 3,000 steps of every
+    arm, two seeds and the rate grid in the issue's budget; T₃ from :func:`scaled_iteration` so
+    that the run holds 4 rounds of ⌈64/4⌉ = 16 iterations (T₃ = 46, warm-up 5)."""
+    steps, width, rank = 3000, 64, 4
+    t3, warmup = scaled_iteration(steps, k=width, rank=rank, rounds=4)
+    return _config(
+        _pair(width, 2, 16, 32),
         TrainConfig(
-            steps=300,
+            steps=steps,
             batch_size=16,
             learning_rate=3e-3,
-            warmup_steps=30,
-            log_every=5,
-            eval_every=50,
-            checkpoint_every=100,
-            eval_batches=16,
+            warmup_steps=100,
+            log_every=25,
+            eval_every=250,
+            checkpoint_every=1000,
+            eval_batches=8,
             tensorboard=False,
         ),
         SSTConfig(
-            rank=8,
-            resample_every=10,
-            relora_every=100,
-            relora_warmup=10,
-            galore_every=50,
+            rank=rank,
+            resample_every=t3,
+            iteration_warmup=warmup,
+            relora_every=500,
+            relora_warmup=50,
+            galore_every=200,
             galore_scale=1.0,
         ),
-    ),  # fmt: skip
+        seeds=(0, 1),
+        lr_grid=(3e-3, 1e-2),
+        grid_steps=600,
+        time_rounds=3,
+    )
+
+
+PRESETS = {
+    "default": _default,
     # One layer (the hooks still redraw or merge every map of a block), one eval batch.
     "smoke": lambda: _config(
         _pair(32, 1, 16, 32),
@@ -132,6 +161,7 @@ PRESETS = {
         SSTConfig(
             rank=2,
             resample_every=4,
+            iteration_warmup=1,
             relora_every=10,
             relora_warmup=2,
             galore_every=10,
@@ -139,6 +169,7 @@ PRESETS = {
         ),
         methods=("full", "sst", "relora"),
         rmt_methods=("sst",),
+        lr_grid=(1e-2,),  # the grid's path at no extra compile: its run is seed 0's run
         time_rounds=1,
     ),  # fmt: skip
     # LLaMA-1.3B / 130M shapes (d_model 2048 / 768, 24 / 12 layers, 32 / 12 heads, FFN 5461 /
@@ -209,10 +240,13 @@ def _tasks(cfg: Config, arch: str, method: str, seed: int) -> LowRankTask:
     return LowRankTask(inner, dataclasses.replace(cfg.sst, method=method, seed=seed))
 
 
-def _run(cfg: Config, arch: str, method: str, seed: int) -> Run:
-    """One architecture and method with one seed: its config and its training (core.sweep)."""
+def _run(cfg: Config, arch: str, method: str, seed: int, lr: float, steps: int = 0) -> Run:
+    """One architecture and method with one seed at rate ``lr`` (for ``steps`` steps if given):
+    its config and its training (core.sweep)."""
     task = _tasks(cfg, arch, method, seed)
-    train = dataclasses.replace(cfg.train, seed=seed)
+    train = dataclasses.replace(cfg.train, seed=seed, learning_rate=lr)
+    if steps:
+        train = dataclasses.replace(train, steps=steps, checkpoint_every=steps)
     record = {"arch": arch, "method": method, "train": to_dict(train), "sst": to_dict(task.sst)}
     model = to_dict(_model(cfg, arch))
     full = {**record, "model": model, "data": cfg.data, "mesh": to_dict(cfg.mesh)}
@@ -234,10 +268,32 @@ def _run(cfg: Config, arch: str, method: str, seed: int) -> Run:
     return Run(full, fit)
 
 
+def _rates(cfg: Config, workdir: pathlib.Path) -> tuple[dict[str, float], dict]:
+    """Each method's learning rate: the grid's best on a short run with seed ``seeds[0]`` (scored
+    by the final validation perplexity), or ``train.learning_rate`` without a grid. The RMT arms
+    take the Transformer's rate of the same method (the budget has no room for a second grid)."""
+    if not cfg.lr_grid:
+        return {m: cfg.train.learning_rate for m in METHODS}, {}
+    steps = cfg.grid_steps or cfg.train.steps
+    methods = tuple(dict.fromkeys((*cfg.methods, *cfg.rmt_methods)))
+    best, table = choose_rates(
+        workdir / "lr_grid", methods, cfg.lr_grid, cfg.seeds[0],
+        lambda m, lr, s: _run(cfg, "transformer", m, s, lr, steps),
+        score=lambda result: result["final_ppl"],
+    )  # fmt: skip
+    for method, lr in best.items():
+        print(f"{method}: learning rate {lr:g} (grid {table[method]})")
+    return best, table
+
+
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     arms = {f"{arch}_{m}": (arch, m) for arch, ms in
             (("transformer", cfg.methods), ("rmt", cfg.rmt_methods)) for m in ms}  # fmt: skip
-    swept = sweep(workdir, list(arms), cfg.seeds, lambda arm, s: _run(cfg, *arms[arm], s))
+    rates, grid = _rates(cfg, workdir)
+    swept = sweep(
+        workdir, list(arms), cfg.seeds,
+        lambda arm, s: _run(cfg, *arms[arm], s, rates[arms[arm][1]]),
+    )  # fmt: skip
     results: dict[str, dict] = {}
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, (arm, (arch, method)) in enumerate(arms.items()):
@@ -246,6 +302,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             ppl = mean_sd([r["final_ppl"] for r in seeds])
             results[name] = {
                 "val_ppl": ppl,
+                "learning_rate": rates[method],
                 **{k: seeds[0][k] for k in ("trainable_params", "optimizer_state_bytes")},
                 "runs": seeds,
             }
@@ -263,7 +320,41 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 "hooks_per_step": t.hooks_per_step,
             }
     _plots(results, workdir)
-    return {"methods": results, "headline": _headline(results), "paper": PAPER}
+    headline = {**_headline(results), **_paired(results)}
+    return {"methods": results, "headline": headline, "lr_grid": grid, "paper": PAPER}
+
+
+def _gap(sst: float, full: float, low: float) -> float | None:
+    """The perplexity-gap reduction 1 − (SST − full) / (low-rank − full); None without a gap."""
+    return 1 - (sst - full) / (low - full) if low > full else None
+
+
+def _paired(results: dict) -> dict:
+    """Seed-paired gap reductions (seed i of SST against seed i of full rank and of the
+    baseline) against every low-rank baseline, with their mean and sample sd, and the crossover:
+    the first eval step from which SST's seed-mean perplexity stays below the baseline's."""
+    names = {m: f"transformer/{m}" for m in ("full", "sst", *LOW_RANK)}
+    if not {names["full"], names["sst"]} <= set(results):
+        return {}
+    runs = {m: results[n]["runs"] for m, n in names.items() if n in results}
+    out = {}
+    for base in (m for m in LOW_RANK if m in runs):
+        per_seed = [
+            _gap(s["final_ppl"], f["final_ppl"], b["final_ppl"])
+            for s, f, b in zip(runs["sst"], runs["full"], runs[base], strict=True)
+        ]
+        curve = [sum(r["eval_ppl"][i] for r in runs["sst"]) / len(runs["sst"])
+                 - sum(r["eval_ppl"][i] for r in runs[base]) / len(runs[base])
+                 for i in range(len(runs["sst"][0]["eval_steps"]))]  # fmt: skip
+        ahead = [d < 0 for d in curve]
+        cross = next((i for i in range(len(ahead)) if all(ahead[i:])), None)
+        out[base] = {
+            "gap_reduction_per_seed": per_seed,
+            "gap_reduction": mean_sd(per_seed) if None not in per_seed else None,
+            "sst_minus_baseline_ppl": curve,
+            "sst_ahead_from_step": None if cross is None else runs["sst"][0]["eval_steps"][cross],
+        }
+    return {"paired": out}
 
 
 def _relative(results: dict, arch: str, key: str) -> dict[str, float]:

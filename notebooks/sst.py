@@ -129,6 +129,7 @@ for method in ("full", "sst", "lora", "relora", "galore"):
         method=method,
         rank=2,
         resample_every=10,
+        iteration_warmup=1,
         relora_every=steps // 3,
         relora_warmup=5,
         galore_scale=1.0,

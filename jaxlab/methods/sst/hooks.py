@@ -17,7 +17,8 @@ changing ``M``; all the layer's moments restart at zero, since its coordinates a
 
 ReLoRA* (Lialin et al. 2024; SST paper Sec. 3.3). Every ``relora_every`` steps each LoRA layer
 merges ``(α/r) A B`` into ``W₀``, draws a new ``A``, zeroes ``B`` and all their moments; the
-learning rate re-warms linearly over ``relora_warmup`` steps (:func:`jagged_schedule`).
+learning rate re-warms linearly over ``relora_warmup`` steps (:func:`jagged_schedule`; SST's
+iterations re-warm the same way over ``iteration_warmup`` steps, App. F).
 """
 
 from __future__ import annotations
@@ -102,8 +103,14 @@ def relora_hook(cfg: SSTConfig) -> StateHook:
 
 
 def jagged_schedule(schedule: optax.Schedule, every: int, warmup: int) -> optax.Schedule:
-    """``schedule`` times a linear re-warmup over ``warmup`` steps after every merge (ReLoRA's
-    jagged schedule); the first cycle keeps ``schedule``'s own warmup."""
+    """``schedule`` times a linear re-warmup over ``warmup`` steps after every ``every`` steps.
+
+    The restart of ReLoRA*'s merges (ReLoRA's jagged schedule) and of SST's iterations (App. F:
+    each T₃-step iteration starts with a warm-up). A hook with the same ``every`` runs after
+    update ``n·every`` (:class:`~jaxlab.core.task.StateHook`), so the update that follows it,
+    optax count ``n·every``, is the first of the warm-up at ``1/warmup`` of the rate. The first
+    cycle keeps ``schedule``'s own warmup. It composes with any optax schedule as a multiplier.
+    """
 
     def fn(count):
         since = count % every

@@ -4,7 +4,9 @@
 a regression task, ...) and changes only how its linear maps are trained, by
 :class:`~jaxlab.methods.sst.config.SSTConfig`: ``build_model`` converts the inner model's maps
 (spectral layers for ``sst``, LoRA layers for ``lora``/``relora``; ``full`` and ``galore`` keep
-them dense), ``optimizer`` is the method's (:mod:`jaxlab.methods.sst.optim`), ``state_hooks`` are
+them dense), ``optimizer`` is the method's (:mod:`jaxlab.methods.sst.optim`) on the loop's
+schedule times the restarts of the learning rate (SST's per-iteration warm-up, ReLoRA*'s after each
+merge: :func:`~jaxlab.methods.sst.hooks.jagged_schedule`), ``state_hooks`` are
 SST's redraws or ReLoRA*'s merges (:mod:`jaxlab.methods.sst.hooks`). Loss, data and units are the
 inner task's, so every method sees the same recipe. :meth:`LowRankTask.memory` counts the trainable
 parameters and the optimizer-state bytes from shapes alone.
@@ -48,8 +50,11 @@ class LowRankTask:
         return model
 
     def optimizer(self, cfg: TrainConfig, schedule: optax.Schedule):
-        if self.sst.method == "relora":
-            schedule = jagged_schedule(schedule, self.sst.relora_every, self.sst.relora_warmup)
+        c = self.sst
+        if c.method == "relora":
+            schedule = jagged_schedule(schedule, c.relora_every, c.relora_warmup)
+        if c.method == "sst" and c.iteration_warmup:  # App. F: each iteration re-warms
+            schedule = jagged_schedule(schedule, c.resample_every, c.iteration_warmup)
         return make_method_optimizer(cfg, schedule, self.sst)
 
     def state_hooks(self):

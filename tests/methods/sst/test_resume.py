@@ -31,7 +31,13 @@ CFG = TrainConfig(
     tensorboard=False,
 )
 SST = SSTConfig(
-    rank=2, resample_every=3, round_redraws=2, relora_every=4, relora_warmup=2, galore_every=3
+    rank=2,
+    resample_every=3,
+    iteration_warmup=2,
+    round_redraws=2,
+    relora_every=4,
+    relora_warmup=2,
+    galore_every=3,
 )
 
 

@@ -120,7 +120,7 @@ def test_projection_keeps_s_non_negative_and_columns_unit_norm():
 
 # ------------------------------------------------------------------------- a step in the loop
 
-SST = SSTConfig(method="sst", rank=3, resample_every=2, round_redraws=2)
+SST = SSTConfig(method="sst", rank=3, resample_every=2, round_redraws=2, iteration_warmup=1)
 TRAIN = TrainConfig(steps=4, batch_size=8, learning_rate=0.05, warmup_steps=1, grad_clip=1.0)
 
 
@@ -285,6 +285,10 @@ def test_the_hooks_own_redraws_follow_the_current_singular_values(stepped):
         (dict(sampling="top"), "sst.sampling='top' is not an option"),
         (dict(resample_every=0), "sst.resample_every must be >= 1"),
         (dict(relora_warmup=200), r"sst.relora_warmup=200 must lie in \[1, sst.relora_every=100\]"),
+        (
+            dict(iteration_warmup=201),
+            r"sst.iteration_warmup=201 must lie in \[0, sst.resample_every=200\]",
+        ),
     ],
 )
 def test_bad_config_is_a_one_line_error(kwargs, message):
