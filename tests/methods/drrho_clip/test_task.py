@@ -157,9 +157,12 @@ def _np_own_pair_learnability(model, reference, batch, cfg):
 @pytest.mark.parametrize("score", ["softmax", "sigmoid"])
 def test_jest_selects_from_the_super_batch_without_reference_gradients(score, data, reference):
     model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    # jest_ref_scale = 1 against the learner's 1/τ = 100: the learner's term decides the order,
+    # so a wrong learner scale shows (at 100 against 100 the random-init learner barely matters)
     top = LossConfig(
-        objective="jest", jest_score=score, jest_keep=0.5, jest_chunks=1, jest_sampling="top"
-    )
+        objective="jest", jest_score=score, jest_keep=0.5, jest_chunks=1, jest_sampling="top",
+        jest_ref_scale=1.0,
+    )  # fmt: skip
     task = CLIPTask(MLP, top, *data, reference=reference)
     assert next(task.train_iterator(B, 0))["index"].shape == (2 * B,)
     batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 0)).items()}
