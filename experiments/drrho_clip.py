@@ -1,22 +1,30 @@
-"""DRRho-CLIP with a weak reference beats CLIP, GCL, JEST, KD at equal steps, and its reference.
+"""DRRho-CLIP with a strong reference beats CLIP, GCL, JEST, KD at equal steps, and its reference.
 
 Command:  python experiments/run.py --exp=drrho_clip          (``--smoke``: under a minute)
 Result:   the headline printed at the end: zero-shot accuracy (held-out images) of every method,
-          mean ± sample sd over seeds, and the per-seed paired difference DRRho − X (mean ± sd
-          over seeds) against each X (measured numbers: the method's README)
+          mean ± sample sd over seeds, the per-seed paired difference DRRho − X (mean ± sd over
+          seeds) against each X, and the share of anchors the ε gate switched off (measured
+          numbers: the method's README)
 
 The claim (Wei et al., ICML 2025, Sec. 5, Table 2): a target trained with DRRho risk on noisy
-pairs, steered by a reference trained on little clean data, is better than training without a
-reference (CLIP, GCL), than heuristic selection with the same reference (JEST), than distilling it
-(KD), and than the reference itself. Per seed: a weak reference (plain CLIP on a small clean
-rendered subset), then one target per objective, each for the same steps, batch, learning rate,
-temperature and towers on the same noisy pairs (:mod:`jaxlab.data.captions`); only the objective
-differs. JEST is the joint, chunked sampler of Evans et al. 2024
-(:mod:`jaxlab.methods.drrho_clip.jest`). Evaluation: zero-shot accuracy over the 20 classes with
-prompt ensembles, on held-out images and on a held-out attribute combination, and recall@1 among
-held-out pairs. Every seed renders its own data and trains its own reference, so the claims are
-judged by the paired differences DRRho − X of each seed (``summary.json``: ``drrho_minus``), whose
-spread excludes the seed-to-seed variation that every method shares.
+pairs, steered by a reference trained elsewhere, is better than training without a reference
+(CLIP, GCL), than selection with the same reference (JEST), than distilling it (KD), and than the
+reference itself. As in the paper the reference knows something the learner does not: it is
+trained once, before every target, on ten times the learner's pairs, all clean, from a seed stream
+no learner sees, for four times the learner's steps (:func:`.pipeline.make_reference_pairs`), and
+its embeddings of the learner's pairs are cached as task state. The earlier weak reference (plain
+CLIP on a small clean subset, the learner's steps) stays as a control: its own row and the
+``drrho_weak`` arm, DRRho steered by it. Every target runs the same steps, batch, learning rate,
+temperature (τ = 0.01 fixed, the paper's) and towers on the same noisy pairs
+(:mod:`jaxlab.data.captions`); only the objective differs. JEST is the DRRho authors' own
+(``jointly_sample_batch_softmax``: softmax scores, reference at t = 100, 2 chunks, keep 20%;
+:mod:`jaxlab.methods.drrho_clip.jest`); ``--set methods=...,jest_sigmoid`` adds the JEST paper's
+sigmoid, 16-chunk, keep-50% variant. Evaluation: zero-shot accuracy over the 20 classes with prompt
+ensembles, on held-out images and on a held-out attribute combination, and recall@1 among held-out
+pairs. Every seed renders its own learner data, so the claims are judged by the paired differences
+DRRho − X of each seed (``summary.json``: ``drrho_minus``), whose spread excludes the
+seed-to-seed variation that every method shares; ``gate`` holds, per DRRho arm, the mean share of
+anchors the ε gate of Eq. (9) switched off and the share of those whose pair is a noisy one.
 ``--set preset=paper`` gives the paper's ViT-B/16 hyperparameters (τ = 0.01 fixed, ε = 1e-4, γ = 1,
 batch 5120, lr 3.125e-4) for a pod; the rendered data stays a stand-in for DFN-192M.
 """
@@ -28,7 +36,7 @@ import pathlib
 
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
-from jaxlab.core.metrics import MetricWriter, write_json
+from jaxlab.core.metrics import MetricWriter, read_metrics, write_json
 from jaxlab.core.plots import bars_figure, curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, run_dir, sweep
@@ -37,32 +45,38 @@ from jaxlab.methods.drrho_clip.model import CLIPConfig
 from jaxlab.methods.drrho_clip.pipeline import (
     DataConfig,
     Splits,
+    arm_loss,
+    arm_reference,
     check_recipe,
     evaluate,
+    make_reference_pairs,
     make_splits,
     train,
 )
 from jaxlab.methods.drrho_clip.task import LossConfig
 
-METHODS = ("clip", "gcl", "jest", "kd", "drrho", "drrho_kd")
+METHODS = ("clip", "drrho", "jest", "kd", "drrho_kd", "gcl", "drrho_weak")  # headline pairs first
+REFERENCES = ("reference", "weak_reference")  # the strong one, and the weak control
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     model: CLIPConfig
     train: TrainConfig  # every target's recipe
-    reference_train: TrainConfig  # the weak reference's (plain CLIP on the clean subset)
+    reference_train: TrainConfig  # the strong reference's (plain CLIP on its own clean pairs)
+    weak_reference_train: TrainConfig  # the weak control's (plain CLIP on the small clean subset)
     data: DataConfig = DataConfig()
-    loss: LossConfig = LossConfig()  # τ, ε, γ, KD weight, JEST fraction; objective set per run
+    loss: LossConfig = LossConfig()  # τ, ε, γ, KD weight, JEST variant; objective set per arm
     methods: tuple[str, ...] = METHODS
     seeds: tuple[int, ...] = (0, 1, 2, 3)
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
         check_recipe(self.data, self.train, self.reference_train, self.loss, self.methods)
+        check_recipe(self.data, self.train, self.weak_reference_train, self.loss, self.methods)
 
 
-def _train_cfg(steps: int, batch: int, lr: float, evals: int = 4, **kw) -> TrainConfig:
+def _train_cfg(steps: int, batch: int, lr: float, evals: int = 2, **kw) -> TrainConfig:
     every = max(steps // evals, 1)
     return TrainConfig(
         steps=steps,
@@ -73,25 +87,34 @@ def _train_cfg(steps: int, batch: int, lr: float, evals: int = 4, **kw) -> Train
         checkpoint_every=every,
         eval_every=every,
         eval_batches=4,
-        log_every=max(steps // 20, 1),
+        log_every=max(steps // 50, 1),
         tensorboard=False,
         **kw,
     )
 
 
 SMALL = CLIPConfig(image_tower="mlp", width=64, depth=2, heads=4, vocab_size=len(VOCAB))
+STEPS = 250  # every target's; the strong reference gets 4×, the weak one 1×
 PRESETS = {
     "default": lambda: Config(
         model=SMALL,
-        train=_train_cfg(300, 128, 2e-3),
-        reference_train=_train_cfg(300, 128, 2e-3),
+        train=_train_cfg(STEPS, 128, 2e-3),
+        reference_train=_train_cfg(4 * STEPS, 128, 2e-3),
+        weak_reference_train=_train_cfg(STEPS, 128, 2e-3),
     ),
     "smoke": lambda: Config(
         model=CLIPConfig(image_tower="mlp", width=16, depth=1, heads=2, vocab_size=len(VOCAB)),
-        train=_train_cfg(12, 32, 3e-3, evals=1),  # one eval and one checkpoint per run
-        reference_train=_train_cfg(8, 32, 3e-3, evals=1),
-        data=DataConfig(train_pairs=256, reference_pairs=96, test_pairs=96, held_out_pairs=32),
-        methods=("clip", "jest", "drrho"),
+        train=_train_cfg(10, 32, 3e-3, evals=1),  # one eval and one checkpoint per run
+        reference_train=_train_cfg(12, 32, 3e-3, evals=1),
+        weak_reference_train=_train_cfg(6, 32, 3e-3, evals=1),
+        data=DataConfig(
+            train_pairs=256,
+            reference_pairs=512,
+            weak_reference_pairs=96,
+            test_pairs=96,
+            held_out_pairs=32,
+        ),  # fmt: skip
+        methods=("clip", "jest", "drrho", "drrho_weak"),
         seeds=(0,),
     ),
     # The ViT-B/16 run of the paper (Sec. 5, Appendix): τ fixed at 0.01, ε = 1e-4, γ = 1, global
@@ -99,8 +122,14 @@ PRESETS = {
     "paper": lambda: Config(
         model=CLIPConfig.vit_b(len(VOCAB)),
         train=_train_cfg(30000, 5120, 3.125e-4),
-        reference_train=_train_cfg(10000, 5120, 3.125e-4),
-        data=DataConfig(train_pairs=1_000_000, reference_pairs=100_000, test_pairs=10_240),
+        reference_train=_train_cfg(120000, 5120, 3.125e-4),
+        weak_reference_train=_train_cfg(10000, 5120, 3.125e-4),
+        data=DataConfig(
+            train_pairs=1_000_000,
+            reference_pairs=10_000_000,
+            weak_reference_pairs=100_000,
+            test_pairs=10_240,
+        ),  # fmt: skip
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
         seeds=(0,),
     ),
@@ -111,12 +140,39 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("drrho_clip", PRESETS, preset)
 
 
-def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -> Run:
-    """The reference or one target with one seed: its config and its training (core.sweep).
+def _references(cfg: Config, workdir: pathlib.Path, cache: dict):
+    """``reference(kind)``: the strong or the weak reference, each trained once per experiment
+    (in ``WORKDIR/<kind>_reference``; a finished one is only restored) and shared by every seed,
+    as the paper's pretrained reference is; with their configs for the sweep records."""
+    first = dataclasses.replace(cfg.data, seed=cfg.seeds[0])
+    ref_loss = dataclasses.replace(cfg.loss, objective="clip")
+    configs = {
+        "strong": {"loss": to_dict(ref_loss), "train": to_dict(cfg.reference_train),
+                   "pairs": cfg.data.reference_pairs, "mention": cfg.data.reference_mention},
+        "weak": {"loss": to_dict(ref_loss), "train": to_dict(cfg.weak_reference_train),
+                 "pairs": cfg.data.weak_reference_pairs, "data_seed": cfg.seeds[0]},
+    }  # fmt: skip
 
-    A target's run needs its seed's reference, which the sweep trains first (arms in order);
-    ``train`` on the finished reference's workdir only restores it. ``cache`` keeps each seed's
-    splits and reference for the runs that need them, so finished runs render and restore nothing.
+    def reference(kind: str):
+        if ("reference", kind) not in cache:
+            test = make_splits(first).test if "test" not in cache else cache["test"]
+            cache["test"] = test
+            if kind == "strong":
+                pairs, recipe = make_reference_pairs(cfg.data), cfg.reference_train
+            else:
+                pairs, recipe = make_splits(first).weak_reference, cfg.weak_reference_train
+            wd = workdir / f"{kind}_reference"
+            cache["reference", kind] = train(cfg.model, ref_loss, recipe, pairs, test, wd)[0]
+        return cache["reference", kind]
+
+    return reference, configs
+
+
+def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -> Run:
+    """A reference's evaluation or one target with one seed: its config and training (core.sweep).
+
+    ``cache`` keeps each seed's splits and the two references for the runs that need them, so
+    finished runs render and restore nothing.
     """
 
     def splits(seed: int) -> Splits:
@@ -125,33 +181,32 @@ def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -
         return cache["splits", seed]
 
     data = dataclasses.replace(cfg.data, seed=seed)
-    ref_loss = dataclasses.replace(cfg.loss, objective="clip")
-    ref_train = dataclasses.replace(cfg.reference_train, seed=seed)
-    config = {"model": to_dict(cfg.model), "data": to_dict(data),
-              "reference": {"loss": to_dict(ref_loss), "train": to_dict(ref_train)}}  # fmt: skip
-
-    def reference():
-        if ("reference", seed) not in cache:
-            s = splits(seed)
-            args = (cfg.model, ref_loss, ref_train, s.reference, s.test)
-            cache["reference", seed] = train(*args, run_dir(workdir, "reference", seed))[0]
-        return cache["reference", seed]
-
-    if arm == "reference":
-        return Run(config, lambda wd: evaluate(reference(), splits(seed)))
-    loss = dataclasses.replace(cfg.loss, objective=arm)
+    reference, ref_configs = _references(cfg, workdir, cache)
+    if arm in REFERENCES:
+        kind = "strong" if arm == "reference" else "weak"
+    else:
+        kind = arm_reference(arm)
+    config = {"model": to_dict(cfg.model), "data": to_dict(data), "reference": ref_configs[kind]}
+    if arm in REFERENCES:
+        return Run(config, lambda wd: evaluate(reference(kind), splits(seed)))
+    loss = arm_loss(cfg.loss, arm)
     recipe = dataclasses.replace(cfg.train, seed=seed)
 
     def fit(wd: pathlib.Path) -> dict:
         s = splits(seed)
-        model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference())
-        return evaluate(model, s)
+        model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference(kind))
+        result = evaluate(model, s)
+        rows = [r for r in read_metrics(wd) if "gate_off" in r]
+        for key in ("gate_off", "gate_off_noisy"):  # window means of every step, averaged
+            if rows:
+                result[key] = sum(r[key] for r in rows) / len(rows)
+        return result
 
     return Run({**config, "loss": to_dict(loss), "train": to_dict(recipe)}, fit)
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
-    arms = ("reference", *cfg.methods)
+    arms = (*REFERENCES, *cfg.methods)
     cache: dict = {}
     per_seed = sweep(workdir, arms, cfg.seeds, lambda a, s: _run(cfg, a, s, workdir, cache))
     with MetricWriter(workdir, tensorboard=False) as writer:  # one row per seed: every method's
@@ -162,6 +217,11 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     metrics = list(per_seed["reference"][0])
     results = {
         m: {k: mean_sd([r[k] for r in rows]) for k in metrics} for m, rows in per_seed.items()
+    }
+    gate = {
+        m: {k: mean_sd([r[k] for r in rows]) for k in ("gate_off", "gate_off_noisy")}
+        for m, rows in per_seed.items()
+        if "gate_off" in rows[0]
     }
     write_json(workdir / "per_seed.json", per_seed)
     fig = bars_figure(
@@ -195,9 +255,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             headline[f"drrho_minus_{other}"] = diff["zero_shot_test"]["mean"]
             headline[f"drrho_minus_{other}_sd"] = diff["zero_shot_test"]["sd"]
         headline["recall1_i2t_drrho"] = results["drrho"]["recall1_image_to_text"]["mean"]
+    for m, g in gate.items():
+        headline[f"gate_off_{m}"] = g["gate_off"]["mean"]
+        headline[f"gate_off_noisy_{m}"] = g["gate_off_noisy"]["mean"]
     headline["recall1_i2t_clip"] = results.get("clip", results["reference"])[
         "recall1_image_to_text"
     ]["mean"]
     headline["seeds"] = len(cfg.seeds)
     headline["steps"] = cfg.train.steps
-    return {"results": results, "drrho_minus": paired, "headline": headline}
+    return {"results": results, "drrho_minus": paired, "gate": gate, "headline": headline}

@@ -8,10 +8,12 @@ Result:   the headline printed at the end: the fitted a, b (± 1σ) of CLIP and 
 The claim (Wei et al., ICML 2025, Sec. 5, Fig. 4): with a reference, the scaling law of the error
 against compute has a better exponent — E = 7.15·C^−0.127 for DRRho-CLIP against 5.77·C^−0.116 for
 OpenCLIP. Here the number of noisy training pairs n is swept over at least four sizes with steps
-proportional to n (so compute ∝ n), each for several seeds; per seed one weak reference (plain CLIP
-on the clean subset) steers every DRRho run. The error is 1 − zero-shot accuracy on held-out
-images; :func:`jaxlab.core.scaling.fit_power_law` (no offset: four points) fits each method over
-all (n, seed) points, and the figure shows both laws.
+proportional to n (so compute ∝ n), each for several seeds; one strong reference, trained once
+before everything on its own clean pairs (ten times the largest n, a seed stream no learner sees,
+:func:`.pipeline.make_reference_pairs`), steers every DRRho run, as the paper's fixed pretrained
+reference does. The error is 1 − zero-shot accuracy on held-out images;
+:func:`jaxlab.core.scaling.fit_power_law` (no offset: four points) fits each method over all
+(n, seed) points, and the figure shows both laws.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter, write_json
 from jaxlab.core.plots import save_figure, scaling_figure
 from jaxlab.core.scaling import fit_power_law, mean_sd
-from jaxlab.core.sweep import Run, check_seeds, run_dir, sweep
+from jaxlab.core.sweep import Run, check_seeds, sweep
 from jaxlab.data.captions import VOCAB
 from jaxlab.methods.drrho_clip.model import CLIPConfig
 from jaxlab.methods.drrho_clip.pipeline import (
@@ -34,6 +36,7 @@ from jaxlab.methods.drrho_clip.pipeline import (
     Splits,
     check_recipe,
     evaluate,
+    make_reference_pairs,
     make_splits,
     train,
 )
@@ -48,7 +51,7 @@ class Config:
     sizes: tuple[int, ...] = (1000, 2000, 4000, 8000)
     data: DataConfig = DataConfig()
     loss: LossConfig = LossConfig()
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
 
     def __post_init__(self) -> None:
         check(len(self.sizes) >= 2 and min(self.sizes) > 1, "sizes: at least two sizes > 1")
@@ -70,14 +73,16 @@ def _train_cfg(steps: int, batch: int, lr: float) -> TrainConfig:
 MODEL = CLIPConfig(image_tower="mlp", width=64, depth=2, heads=4, vocab_size=len(VOCAB))
 PRESETS = {
     "default": lambda: Config(
-        model=MODEL, train=_train_cfg(80, 64, 2e-3), reference_train=_train_cfg(300, 64, 2e-3)
+        model=MODEL, train=_train_cfg(80, 64, 2e-3), reference_train=_train_cfg(1000, 128, 2e-3)
     ),
     "smoke": lambda: Config(
         model=CLIPConfig(image_tower="mlp", width=16, depth=1, heads=2, vocab_size=len(VOCAB)),
         train=_train_cfg(4, 16, 3e-3),
         reference_train=_train_cfg(4, 16, 3e-3),
         sizes=(64, 128),
-        data=DataConfig(reference_pairs=64, test_pairs=64, held_out_pairs=16),
+        data=DataConfig(
+            reference_pairs=256, weak_reference_pairs=16, test_pairs=64, held_out_pairs=16
+        ),
         seeds=(0,),
     ),
     "paper": lambda: Config(
@@ -85,7 +90,7 @@ PRESETS = {
         train=_train_cfg(2000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         sizes=(100_000, 200_000, 400_000, 800_000),
-        data=DataConfig(reference_pairs=100_000, test_pairs=10_240),
+        data=DataConfig(reference_pairs=8_000_000, test_pairs=10_240),
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
     ),
 }
@@ -98,14 +103,14 @@ def get_config(preset: str = "default") -> Config:
 def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -> Run:
     """The reference, or CLIP or DRRho at one size, with one seed (see core.sweep).
 
-    The reference of a seed (trained on the smallest size's clean subset) is trained first (arms in
-    order) and restored by the targets that need it; ``cache`` keeps it and the rendered splits.
+    The strong reference is trained once, in ``WORKDIR/strong_reference``, by the first run that
+    needs it, and shared by every seed; ``cache`` keeps it and the rendered splits.
     """
     n0 = min(cfg.sizes)
     data = dataclasses.replace(cfg.data, seed=seed)
     ref_loss = dataclasses.replace(cfg.loss, objective="clip")
-    ref_train = dataclasses.replace(cfg.reference_train, seed=seed)
-    ref = {"loss": to_dict(ref_loss), "train": to_dict(ref_train), "n": n0}
+    ref = {"loss": to_dict(ref_loss), "train": to_dict(cfg.reference_train),
+           "pairs": cfg.data.reference_pairs, "mention": cfg.data.reference_mention}  # fmt: skip
     config = {"model": to_dict(cfg.model), "data": to_dict(data), "reference": ref}
 
     def splits(n: int) -> Splits:
@@ -114,19 +119,14 @@ def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -
         return cache["splits", seed, n]
 
     def reference():
-        if ("reference", seed) not in cache:
-            base = splits(n0)
-            args = (cfg.model, ref_loss, ref_train, base.reference, base.test)
-            cache["reference", seed] = train(*args, run_dir(workdir, "reference", seed))[0]
-        return cache["reference", seed]
+        if "reference" not in cache:
+            pairs, test = make_reference_pairs(cfg.data), splits(n0).test
+            args = (cfg.model, ref_loss, cfg.reference_train, pairs, test)
+            cache["reference"] = train(*args, workdir / "strong_reference")[0]
+        return cache["reference"]
 
-    if arm == "reference":  # nothing to report: its targets are what is measured
-
-        def fit_reference(wd: pathlib.Path) -> dict:
-            reference()
-            return {}
-
-        return Run(config, fit_reference)
+    if arm == "reference":  # its accuracy on this seed's held-out images
+        return Run(config, lambda wd: evaluate(reference(), splits(n0)))
     method, n = arm.split("_n")
     n = int(n)
     steps = cfg.train.steps * n // n0
@@ -182,9 +182,12 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     for n in cfg.sizes:
         for m in fits:
             headline[f"error_{m}_n{n}"] = table[m][str(n)]["mean"]
+    ref_error = mean_sd([1 - r["zero_shot_test"] for r in swept["reference"]])
+    headline["error_reference"] = ref_error["mean"]
     headline["seeds"] = len(cfg.seeds)
     return {
         "fits": {m: f._asdict() for m, f in fits.items()},
         "errors": table,
+        "reference_error": ref_error,
         "headline": headline,
     }

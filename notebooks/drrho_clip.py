@@ -78,9 +78,9 @@ model = CLIPConfig(
     vocab_size=len(VOCAB),
 )
 data = (
-    DataConfig(train_pairs=256, reference_pairs=96, test_pairs=96, held_out_pairs=32)
+    DataConfig(train_pairs=256, weak_reference_pairs=96, test_pairs=96, held_out_pairs=32)
     if SMOKE
-    else DataConfig(train_pairs=4000, reference_pairs=1000)
+    else DataConfig(train_pairs=4000, weak_reference_pairs=1000)
 )
 steps, batch = (8, 32) if SMOKE else (300, 128)
 recipe = TrainConfig(
@@ -99,7 +99,7 @@ reference, _ = train(
     model,
     LossConfig(objective="clip"),
     recipe,
-    splits.reference,
+    splits.weak_reference,
     splits.test,
     workdir / "reference",
 )

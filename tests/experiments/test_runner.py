@@ -119,7 +119,7 @@ BAD_INPUT = [
     ("drrho-unknown-method", ["--exp", "drrho_clip", "--set", "methods=clip,nope"], None, 2,
      "methods: 'nope' is not one of"),
     ("drrho-batch-above-split", ["--exp", "drrho_clip", "--smoke", "--set",
-     "train.batch_size=1000", "--workdir", "{w}"], None, 2, "train.batch_size=1000 needs 2000"),
+     "train.batch_size=1000", "--workdir", "{w}"], None, 2, "train.batch_size=1000 needs 5000"),
     ("negative-seed", ["--exp", "drrho_clip", "--set", "seeds=-1"], None, 2,
      "holds a negative seed"),
     ("empty-models", ["--exp", "mlr_lm", "--set", "models="], None, 2, "models is empty"),

@@ -28,6 +28,23 @@ ablation; ``n_chunks = b`` deterministic is a greedy maximisation of the sub-bat
 The scores are raw sums, not divided by the number of terms (a public adaptation of the pseudocode
 divides): a division would only change how sharp the softmax is, never the order of the candidates
 within a chunk. Where this differs from the paper, and what it was written from: the method README.
+
+**JEST as DRRho-CLIP's authors run it** (``jointly_sample_batch_softmax`` in
+``Optimization-AI/DRRho-CLIP``, ``src/training/train.py``; the default JEST baseline of the
+experiments): the scores come from CLIP's *softmax* loss, with logit scales t (the learner's 1/τ)
+and t_ref (the reference fixed at 100). The marginal score of pair k is the difference of its
+negated positive logits, m_k = −t s_kk + t_ref r_kk (:func:`softmax_marginal_learnability`), and
+the first chunk is drawn without replacement with probabilities *proportional to* m_k − min m
+(linear weights, as their ``multinomial``, so the lowest pair is never drawn first). Every later
+chunk is drawn from the softmax over the conditional score given the chosen set S,
+
+    c(k | S) = m_k + ½ [lse_{j∈S} t s_kj + lse_{j∈S} t s_jk] − ½ [the same with t_ref, r],
+
+the learner's minus the reference's InfoNCE loss of pair k when the chosen pairs are its candidates
+(image→text and text→image averaged, k's own positive not in the denominator)
+(:func:`softmax_conditional_learnability`, :func:`softmax_joint_select`). Their defaults: 2 chunks,
+keep 20% of the super-batch (``filter_ratio=0.8``). Their ``topk`` flag makes only the later chunks
+deterministic; ``key=None`` here makes every chunk the top ones (used by the tests).
 """
 
 from __future__ import annotations
@@ -44,6 +61,9 @@ __all__ = [
     "joint_select",
     "learnability_matrix",
     "sigmoid_pair_losses",
+    "softmax_conditional_learnability",
+    "softmax_joint_select",
+    "softmax_marginal_learnability",
     "subbatch_learnability",
 ]
 
@@ -123,3 +143,96 @@ def joint_select(
 
     init = (jnp.zeros((n_select,), jnp.int32), jnp.zeros((b,), bool))
     return jax.lax.fori_loop(0, n_chunks, body, init)[0]
+
+
+def softmax_marginal_learnability(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"],
+    ref_txt_BE: Float[Array, "B E"],
+    *,
+    scale: float,
+    ref_scale: float,
+) -> Float[Array, " B"]:
+    """m_k = −t s_kk + t_ref r_kk: the learner's minus the reference's negated positive logit."""
+    _check_shapes(img_BD, txt_BD)
+    _check_shapes(ref_img_BE, ref_txt_BE)
+    s_B = jnp.sum(img_BD * txt_BD, axis=1, dtype=jnp.promote_types(img_BD.dtype, jnp.float32))
+    r_B = jnp.sum(ref_img_BE * ref_txt_BE, axis=1, dtype=s_B.dtype)
+    return jax.lax.stop_gradient(-scale * s_B + ref_scale * r_B)
+
+
+def _masked_negative_term(img_BD, txt_BD, scale, selected_B):
+    """½ [lse_{j∈S} t s_kj + lse_{j∈S} t s_jk] for every k (S must not be empty)."""
+    logits_BB = scale * _dot(img_BD, txt_BD)
+    lse = jax.nn.logsumexp
+    i2t_B = lse(jnp.where(selected_B[None, :], logits_BB, -jnp.inf), axis=1)
+    t2i_B = lse(jnp.where(selected_B[:, None], logits_BB, -jnp.inf), axis=0)
+    return 0.5 * (i2t_B + t2i_B)
+
+
+def softmax_conditional_learnability(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"],
+    ref_txt_BE: Float[Array, "B E"],
+    selected_B: Bool[Array, " B"],
+    *,
+    scale: float,
+    ref_scale: float,
+) -> Float[Array, " B"]:
+    """c(k | S): learner's minus reference's InfoNCE loss of pair k against the chosen pairs S."""
+    m_B = softmax_marginal_learnability(
+        img_BD, txt_BD, ref_img_BE, ref_txt_BE, scale=scale, ref_scale=ref_scale
+    )
+    learner_B = _masked_negative_term(img_BD, txt_BD, scale, selected_B)
+    reference_B = _masked_negative_term(ref_img_BE, ref_txt_BE, ref_scale, selected_B)
+    return m_B + jax.lax.stop_gradient(learner_B - reference_B)
+
+
+def softmax_joint_select(
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    ref_img_BE: Float[Array, "B E"],
+    ref_txt_BE: Float[Array, "B E"],
+    n_select: int,
+    *,
+    n_chunks: int,
+    scale: float,
+    ref_scale: float,
+    key: jax.Array | None = None,
+) -> Int[Array, " b"]:
+    """The authors' chunked selection of ``n_select`` distinct pairs (module docstring).
+
+    Chunk 1 is drawn ∝ m_k − min m, every later chunk from softmax(c(k | S)), both without
+    replacement (Gumbel-top-k on the log weights); with ``key=None`` each chunk is the top ones.
+
+    Raises:
+      ConfigError: if ``n_chunks`` does not divide ``n_select`` or more are asked than exist.
+    """
+    b = img_BD.shape[0]
+    if not 0 < n_select <= b:
+        raise ConfigError(f"cannot select {n_select} of a super-batch of {b}")
+    if n_chunks < 1 or n_select % n_chunks:
+        raise ConfigError(
+            f"loss.jest_chunks={n_chunks} must divide the selected batch of {n_select}"
+        )
+    chunk = n_select // n_chunks
+    emb = (img_BD, txt_BD, ref_img_BE, ref_txt_BE)
+    m_B = softmax_marginal_learnability(*emb, scale=scale, ref_scale=ref_scale)
+    # Linear weights m − min m for the first chunk, as log weights (log 0 = −inf: never drawn).
+    logits_B = jnp.log(m_B - jnp.min(m_B)) if key is not None else m_B
+    selected_B = jnp.zeros((b,), bool)
+    chosen = []
+    for c in range(n_chunks):  # a handful of chunks: unrolled
+        if c > 0:
+            logits_B = softmax_conditional_learnability(
+                *emb, selected_B, scale=scale, ref_scale=ref_scale
+            )
+            logits_B = jnp.where(selected_B, -jnp.inf, logits_B)  # without replacement
+        if key is not None:
+            logits_B = logits_B + jax.random.gumbel(jax.random.fold_in(key, c), (b,))
+        _, new = jax.lax.top_k(logits_B, chunk)
+        chosen.append(new.astype(jnp.int32))
+        selected_B = selected_B.at[new].set(True)
+    return jnp.concatenate(chosen)

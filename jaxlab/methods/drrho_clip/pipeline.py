@@ -1,7 +1,10 @@
-"""The steps both DRRho-CLIP experiments share: data, a reference, a target, and their evaluation.
+"""The steps both DRRho-CLIP experiments share: data, references, a target, and their evaluation.
 
 :class:`DataConfig` renders the pairs (noisy training pairs, a small clean subset for the weak
-reference, held-out test images, the held-out attribute combination); :func:`train` runs one
+reference, held-out test images, the held-out attribute combination) and, apart, the strong
+reference's own data (:func:`make_reference_pairs`: ten times the pairs, all clean, rendered from
+a seed stream no learner sees); :func:`arm_loss` maps an experiment arm to its objective and
+:func:`arm_reference` to the reference that steers it; :func:`train` runs one
 :class:`~.task.CLIPTask` through the shared loop in its own workdir (re-running resumes it) and
 returns the trained model; :func:`evaluate` gives zero-shot accuracy (prompt ensembles over the 20
 classes) on the held-out images and on the held-out combination, and image↔text recall@1 among the
@@ -35,7 +38,38 @@ from jaxlab.methods.drrho_clip.task import (
     restore_model,
 )
 
-__all__ = ["DataConfig", "Splits", "check_recipe", "evaluate", "make_splits", "train"]
+__all__ = [
+    "ARMS",
+    "DataConfig",
+    "Splits",
+    "arm_loss",
+    "arm_reference",
+    "check_recipe",
+    "evaluate",
+    "make_reference_pairs",
+    "make_splits",
+    "train",
+]
+
+# Arms beyond the objectives: today's JEST variant (the JEST paper's sigmoid scores, 16 chunks,
+# keep 50%) as a named option, and DRRho steered by the weak reference (the control row).
+_EXTRA_ARMS = {
+    "jest_sigmoid": {"objective": "jest", "jest_score": "sigmoid", "jest_keep": 0.5,
+                     "jest_chunks": 16},
+    "drrho_weak": {"objective": "drrho"},
+}  # fmt: skip
+ARMS = (*get_args(Objective), *_EXTRA_ARMS)
+
+
+def arm_loss(loss: LossConfig, arm: str) -> LossConfig:
+    """The loss of one experiment arm: ``loss`` with the arm's objective (and JEST variant)."""
+    return dataclasses.replace(loss, **_EXTRA_ARMS.get(arm, {"objective": arm}))
+
+
+def arm_reference(arm: str) -> str:
+    """Which reference steers ``arm``: ``"weak"`` for the ``*_weak`` control arms, else
+    ``"strong"``."""
+    return "weak" if arm.endswith("_weak") else "strong"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +78,9 @@ class DataConfig:
 
     train_pairs: int = 8000
     noise: float = 0.3  # fraction of mismatched training pairs
-    reference_pairs: int = 2000  # the reference's small clean subset
+    reference_pairs: int = 80_000  # the strong reference's clean pairs, its own seed stream
+    reference_mention: float = 0.3  # its captions' attribute rate (1.0 measured worse: README)
+    weak_reference_pairs: int = 2000  # the weak (control) reference's small clean subset
     mention: float = 0.3  # probability a caption names each attribute (the class: always)
     test_pairs: int = 1000  # held-out images, all attribute combinations but the held-out one
     held_out_pairs: int = 500  # held-out images with the held-out attribute combination
@@ -53,7 +89,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         check(0 <= self.noise < 1, "data.noise must be in [0, 1)")
         check(0 <= self.mention <= 1, "data.mention must be in [0, 1]")
-        for name in ("train_pairs", "reference_pairs", "test_pairs", "held_out_pairs"):
+        check(0 <= self.reference_mention <= 1, "data.reference_mention must be in [0, 1]")
+        names = ("train_pairs", "reference_pairs", "weak_reference_pairs", "test_pairs")
+        for name in (*names, "held_out_pairs"):
             check(getattr(self, name) > 1, f"data.{name} must be at least 2")
 
 
@@ -67,29 +105,28 @@ def check_recipe(
 ) -> None:
     """Checks an experiment's recipe before anything trains (one-line ConfigErrors).
 
-    Every method must be a known objective, and each batch must fit its split: a target's batch
-    (JEST's super-batch ``batch / jest_keep``) in the ``train_pairs`` noisy pairs (default
-    ``data.train_pairs``), the reference's in ``data.reference_pairs``, and both in the test pairs
-    that supply the eval batches.
+    Every method must be a known arm (:data:`ARMS`), and each batch must fit its split: a
+    target's batch (JEST's super-batch ``batch / jest_keep``) in the ``train_pairs`` noisy pairs
+    (default ``data.train_pairs``), the references' in their pairs, and all in the test pairs that
+    supply the eval batches.
     """
-    known = get_args(Objective)
-    check(len(methods) >= 1, "methods is empty; give at least one of " + ", ".join(known))
+    check(len(methods) >= 1, "methods is empty; give at least one of " + ", ".join(ARMS))
     for m in methods:
-        check(m in known, f"methods: {m!r} is not one of {', '.join(known)}")
+        check(m in ARMS, f"methods: {m!r} is not one of {', '.join(ARMS)}")
     check(len(set(methods)) == len(methods), f"methods={list(methods)} repeats a method")
     pairs = data.train_pairs if train_pairs is None else train_pairs
-    batch = train_cfg.batch_size
-    if "jest" in methods:
-        batch = round(batch / loss.jest_keep)
+    keeps = [arm_loss(loss, m).jest_keep for m in methods if arm_loss(loss, m).objective == "jest"]
+    batch = round(train_cfg.batch_size / min(keeps, default=1.0))
     check(
         batch <= pairs,
         f"train.batch_size={train_cfg.batch_size} needs {batch} of the {pairs} training pairs per "
         "step; lower train.batch_size",
     )
     check(
-        reference_train.batch_size <= data.reference_pairs,
+        reference_train.batch_size <= min(data.reference_pairs, data.weak_reference_pairs),
         f"reference_train.batch_size={reference_train.batch_size} is above "
-        f"data.reference_pairs={data.reference_pairs}; lower it",
+        f"data.reference_pairs={data.reference_pairs} or "
+        f"data.weak_reference_pairs={data.weak_reference_pairs}; lower it",
     )
     for name, b in (
         ("train", train_cfg.batch_size),
@@ -105,9 +142,22 @@ def check_recipe(
 @dataclasses.dataclass(frozen=True)
 class Splits:
     train: CaptionPairs
-    reference: CaptionPairs
+    weak_reference: CaptionPairs
     test: CaptionPairs
     held_out: CaptionPairs
+
+
+# The strong reference's seed stream: above every learner stream (seed·4 + 0..3) of seeds < 2^28.
+REFERENCE_STREAM = 2**30
+
+
+def make_reference_pairs(cfg: DataConfig) -> CaptionPairs:
+    """The strong reference's data: ``reference_pairs`` clean pairs from a stream of its own (the
+    training images' pool, new draws of objects and attributes, no noise), the same for every
+    seed, so one reference trained once serves every seed (the paper's fixed, pretrained one)."""
+    return make_caption_pairs(
+        "train", cfg.reference_pairs, seed=REFERENCE_STREAM, mention=cfg.reference_mention
+    )
 
 
 def make_splits(cfg: DataConfig, train_pairs: int | None = None) -> Splits:
@@ -117,7 +167,7 @@ def make_splits(cfg: DataConfig, train_pairs: int | None = None) -> Splits:
         make_caption_pairs(
             "train", train_pairs or cfg.train_pairs, seed=s, noise=cfg.noise, mention=m
         ),
-        make_caption_pairs("train", cfg.reference_pairs, seed=s + 1, mention=m),
+        make_caption_pairs("train", cfg.weak_reference_pairs, seed=s + 1, mention=m),
         make_caption_pairs("test", cfg.test_pairs, seed=s + 2, mention=m),
         make_caption_pairs("test", cfg.held_out_pairs, seed=s + 3, held_out="only", mention=m),
     )

@@ -8,12 +8,15 @@
 * ``"kd"`` — CLIP plus ``kd_weight`` × distillation from the reference's similarity rows;
   ``"drrho_kd"`` — DRRho plus the same distillation term (the paper's DRRho + KD, Table 3);
 * ``"jest"`` — joint example selection (Evans et al. 2024, :mod:`.jest`): each step draws a
-  super-batch of ``batch / jest_keep`` pairs, scores the learnability of sub-batches by the
-  learner's minus the reference's sigmoid-contrastive pair losses (no gradient), builds the
-  sub-batch of ``batch`` pairs in ``jest_chunks`` chunks, each sampled without replacement from the
-  softmax of the conditional learnability given the chunks already chosen (``jest_sampling="top"``:
-  the top ones), and takes a CLIP step on it. ``jest_chunks=1`` is the paper's independent
-  (per-example) selection, an ablation.
+  super-batch of ``batch / jest_keep`` pairs, scores learnability by the learner's minus the
+  reference's contrastive losses (no gradient), builds the sub-batch of ``batch`` pairs in
+  ``jest_chunks`` chunks, each sampled without replacement given the chunks already chosen
+  (``jest_sampling="top"``: the top ones), and takes a CLIP step on it. ``jest_score="softmax"``
+  (default) is the authors' ``jointly_sample_batch_softmax`` (CLIP's softmax loss, the reference's
+  logit scale fixed at ``jest_ref_scale`` = 100, their 2 chunks and keep 20%);
+  ``jest_score="sigmoid"`` is the sigmoid-loss learnability matrix of the JEST paper (with 16
+  chunks and keep 50% it is the named ``jest_sigmoid`` arm of the experiments). ``jest_chunks=1``
+  is independent (per-example) selection, an ablation.
 
 The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
 never differentiated: either its embeddings of every training pair, computed once
@@ -66,14 +69,16 @@ class LossConfig:
     """What is minimised (module docstring). ``tau`` is fixed for every objective."""
 
     objective: Objective = "drrho"
-    tau: float = 0.05
+    tau: float = 0.01  # fixed, as the paper (Sec. 5: τ = 0.01 for every method)
     eps: float = 1e-4  # ε of the GCL/DRRho log (paper's ViT-B/16 run: 1e-4)
     gamma: float = 1.0  # moving-average rate of u; 1 = the batch estimate (paper: 1)
     kd_weight: float = 1.0
-    ref_tau: float = 0.05  # the reference's temperature in the distillation targets
-    jest_keep: float = 0.5  # fraction of the super-batch JEST keeps (paper: 0.5 to 0.1)
-    jest_chunks: int = 16  # chunks the kept sub-batch is sampled in (paper: 16)
+    ref_tau: float = 0.01  # the reference's temperature in the distillation targets
+    jest_score: Literal["softmax", "sigmoid"] = "softmax"  # softmax: the DRRho authors' JEST
+    jest_keep: float = 0.2  # fraction of the super-batch JEST keeps (authors: filter_ratio 0.8)
+    jest_chunks: int = 2  # chunks the kept sub-batch is sampled in (authors: 2; JEST paper: 16)
     jest_sampling: Literal["softmax", "top"] = "softmax"  # "top": deterministic chunks
+    jest_ref_scale: float = 100.0  # the reference's logit scale in softmax scoring (authors: 100)
     jest_bias: float = -10.0  # b of the sigmoid scoring loss (SigLIP's initial bias)
     reference_mode: Literal["cached", "online"] = "cached"
 
@@ -88,6 +93,11 @@ class LossConfig:
         check(0 < self.gamma <= 1, f"loss.gamma must be in (0, 1], got {self.gamma}")
         check(0 < self.jest_keep <= 1, f"loss.jest_keep must be in (0, 1], got {self.jest_keep}")
         check(self.jest_chunks >= 1, f"loss.jest_chunks must be >= 1, got {self.jest_chunks}")
+        check(
+            self.jest_score in ("softmax", "sigmoid"),
+            f"loss.jest_score must be 'softmax' or 'sigmoid', got {self.jest_score!r}",
+        )
+        check(self.jest_ref_scale > 0, "loss.jest_ref_scale must be positive")
         check(
             self.jest_sampling in ("softmax", "top"),
             f"loss.jest_sampling must be 'softmax' or 'top', got {self.jest_sampling!r}",
@@ -239,14 +249,20 @@ class CLIPTask:
         return objective, metrics, {**task_state, "tables": tables}
 
     def _jest_select(self, model, batch, key, task_state):
-        """The sub-batch JEST keeps from the super-batch ``batch`` (:func:`.jest.joint_select`)."""
+        """The sub-batch JEST keeps from the super-batch ``batch`` (:mod:`.jest`)."""
         c = self.loss_cfg
         n_keep = round(batch["index"].shape[0] * c.jest_keep)
         img, txt = model(batch["image"], batch["tokens"])
         ref_img, ref_txt = self._reference_embeddings(batch, task_state)
-        scores = J.learnability_matrix(img, txt, ref_img, ref_txt, tau=c.tau, bias=c.jest_bias)
         key = jax.random.fold_in(key, 1) if c.jest_sampling == "softmax" else None
-        chosen = J.joint_select(scores, n_keep, n_chunks=c.jest_chunks, key=key)
+        if c.jest_score == "softmax":
+            chosen = J.softmax_joint_select(
+                img, txt, ref_img, ref_txt, n_keep, n_chunks=c.jest_chunks, scale=1 / c.tau,
+                ref_scale=c.jest_ref_scale, key=key,
+            )  # fmt: skip
+        else:
+            scores = J.learnability_matrix(img, txt, ref_img, ref_txt, tau=c.tau, bias=c.jest_bias)
+            chosen = J.joint_select(scores, n_keep, n_chunks=c.jest_chunks, key=key)
         return {name: x[chosen] for name, x in batch.items()}
 
     def _dataset(self, pairs: CaptionPairs, batch_size: int, seed: int, shuffle: bool):

@@ -140,3 +140,104 @@ def test_bad_chunking_is_a_config_error(scores):
         J.joint_select(scores, 6, n_chunks=4)
     with pytest.raises(ConfigError, match="cannot select"):
         J.joint_select(scores, B + 1, n_chunks=1)
+
+
+# --------------------------------------------------------------------------------------------
+# The DRRho-CLIP authors' JEST (``jointly_sample_batch_softmax``): softmax-loss scores.
+# Written from its definition: pair k's InfoNCE loss when the chosen pairs S are its candidates
+# (both directions averaged, k's own positive not among them), learner at logit scale T, the
+# reference at T_REF; the marginal score is the negated positive logit alone.
+
+T, T_REF = 4.0, 9.0
+
+
+def numpy_infonce_against(img, txt, scale, k, subset):
+    img, txt = np.float64(img), np.float64(txt)
+    own = -scale * (img[k] @ txt[k])
+    if not subset:
+        return own
+    i2t = np.log(sum(np.exp(scale * (img[k] @ txt[j])) for j in subset))
+    t2i = np.log(sum(np.exp(scale * (img[j] @ txt[k])) for j in subset))
+    return own + 0.5 * (i2t + t2i)
+
+
+def numpy_softmax_score(emb, k, subset, scale=T, ref_scale=T_REF):
+    img, txt, rimg, rtxt = emb
+    learner = numpy_infonce_against(img, txt, scale, k, subset)
+    return learner - numpy_infonce_against(rimg, rtxt, ref_scale, k, subset)
+
+
+@pytest.mark.parametrize("subset", [[], [5], [1, 2, 7, 10, 11]], ids=["empty", "one", "five"])
+def test_softmax_scores_match_numpy(embeddings, subset):
+    emb = [jnp.asarray(e) for e in embeddings]
+    if subset:
+        mask = jnp.zeros(B, bool).at[jnp.asarray(subset)].set(True)
+        fn = jax.jit(lambda *e: J.softmax_conditional_learnability(*e, scale=T, ref_scale=T_REF))
+        got = np.asarray(fn(*emb, mask))
+    else:
+        fn = jax.jit(lambda *e: J.softmax_marginal_learnability(*e, scale=T, ref_scale=T_REF))
+        got = np.asarray(fn(*emb))
+    for k in set(range(B)) - set(subset):
+        want = numpy_softmax_score(embeddings, k, subset)
+        np.testing.assert_allclose(got[k], want, rtol=1e-5, atol=1e-5, err_msg=f"pair {k}")
+
+
+def numpy_softmax_greedy(emb, n_select, n_chunks):
+    chosen = []
+    for _ in range(n_chunks):
+        gains = {k: numpy_softmax_score(emb, k, chosen) for k in range(B) if k not in chosen}
+        chosen += sorted(gains, key=gains.get, reverse=True)[: n_select // n_chunks]
+    return chosen
+
+
+@pytest.mark.parametrize("n_select,n_chunks", [(6, 2), (6, 3), (4, 1)])
+def test_softmax_deterministic_selection_matches_numpy(embeddings, n_select, n_chunks):
+    emb = [jnp.asarray(e) for e in embeddings]
+    fn = jax.jit(
+        lambda *e: J.softmax_joint_select(*e, n_select, n_chunks=n_chunks, scale=T, ref_scale=T_REF)
+    )
+    got = np.asarray(fn(*emb)).tolist()
+    want = numpy_softmax_greedy(embeddings, n_select, n_chunks)
+    size = n_select // n_chunks
+    for c in range(n_chunks):
+        assert set(got[c * size : (c + 1) * size]) == set(want[c * size : (c + 1) * size])
+
+
+def test_softmax_sampling_follows_the_authors_weights(embeddings):
+    """First chunk ∝ m − min m (linear); second chunk ∝ exp c(k | S); no duplicates."""
+    emb = [jnp.asarray(e) for e in embeddings]
+    n = 6000
+    keys = jax.random.split(jax.random.key(0), n)
+    draw = jax.jit(
+        jax.vmap(
+            lambda k: J.softmax_joint_select(*emb, 2, n_chunks=2, scale=T, ref_scale=T_REF, key=k)
+        )
+    )
+    pairs = np.asarray(draw(keys))
+    assert (pairs[:, 0] != pairs[:, 1]).all()
+    m = np.array([numpy_softmax_score(embeddings, k, []) for k in range(B)])
+    first = np.bincount(pairs[:, 0], minlength=B) / n
+    np.testing.assert_allclose(first, (m - m.min()) / (m - m.min()).sum(), atol=0.025)
+    f = int(np.argmax(first))  # given the most frequent first pick, the second one's law
+    seconds = pairs[pairs[:, 0] == f, 1]
+    c = np.array([numpy_softmax_score(embeddings, k, [f]) for k in range(B)])
+    c[f] = -np.inf
+    want = np.exp(c - c.max()) / np.exp(c - c.max()).sum()
+    got = np.bincount(seconds, minlength=B) / len(seconds)
+    np.testing.assert_allclose(got, want, atol=4 / np.sqrt(len(seconds)))
+
+
+def test_softmax_selection_sends_no_gradient_and_refuses_bad_chunks(embeddings):
+    img, txt, rimg, rtxt = map(jnp.asarray, embeddings)
+
+    def loss_on_selected(img, txt, rimg, rtxt):
+        keep = J.softmax_joint_select(
+            img, txt, rimg, rtxt, 6, n_chunks=2, scale=T, ref_scale=T_REF, key=jax.random.key(0)
+        )
+        return jnp.sum(img[keep] * txt[keep])
+
+    grads = jax.jit(jax.grad(loss_on_selected, argnums=(0, 1, 2, 3)))(img, txt, rimg, rtxt)
+    np.testing.assert_array_equal(grads[2], 0)
+    np.testing.assert_array_equal(grads[3], 0)
+    with pytest.raises(ConfigError, match="jest_chunks"):
+        J.softmax_joint_select(img, txt, rimg, rtxt, 6, n_chunks=4, scale=T, ref_scale=T_REF)

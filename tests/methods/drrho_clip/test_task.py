@@ -140,32 +140,45 @@ def test_task_step_on_eight_devices_equals_one(stepped):
     )
 
 
-def _np_own_pair_learnability(model, reference, batch, tau, bias):
-    """Each pair's own sigmoid loss, learner − reference, in float64 numpy (JEST's marginal)."""
+def _np_own_pair_learnability(model, reference, batch, cfg):
+    """Each pair's own score, learner − reference, in float64 numpy (JEST's marginal): the sigmoid
+    pair loss, or the authors' negated positive logit (learner at 1/τ, reference at t_ref)."""
 
-    def own(m):
+    def own(m, scale):
         img, txt = (np.float64(x) for x in m(batch["image"], batch["tokens"]))
-        return np.logaddexp(0.0, -(np.sum(img * txt, axis=1) / tau + bias))
+        s = np.sum(img * txt, axis=1)
+        if cfg.jest_score == "sigmoid":
+            return np.logaddexp(0.0, -(s / cfg.tau + cfg.jest_bias))
+        return -scale * s
 
-    return own(model) - own(reference)
+    return own(model, 1 / cfg.tau) - own(reference, cfg.jest_ref_scale)
 
 
-def test_jest_selects_from_the_super_batch_without_reference_gradients(data, reference):
+@pytest.mark.parametrize("score", ["softmax", "sigmoid"])
+def test_jest_selects_from_the_super_batch_without_reference_gradients(score, data, reference):
     model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
-    top = LossConfig(objective="jest", jest_keep=0.5, jest_chunks=1, jest_sampling="top")
+    # jest_ref_scale = 1 against the learner's 1/τ = 100: the learner's term decides the order,
+    # so a wrong learner scale shows (at 100 against 100 the random-init learner barely matters)
+    top = LossConfig(
+        objective="jest", jest_score=score, jest_keep=0.5, jest_chunks=1, jest_sampling="top",
+        jest_ref_scale=1.0,
+    )  # fmt: skip
     task = CLIPTask(MLP, top, *data, reference=reference)
     assert next(task.train_iterator(B, 0))["index"].shape == (2 * B,)
     batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 0)).items()}
     state = task.init_task_state(None)
     kept = jax.jit(lambda b: task._jest_select(model, b, jax.random.key(0), state))(batch)
     # one deterministic chunk: the independent top-B of the pairs' own learnability
-    score = _np_own_pair_learnability(model, reference, batch, top.tau, top.jest_bias)
-    want = set(np.asarray(batch["index"])[np.argsort(-score)[:B]].tolist())
+    score_np = _np_own_pair_learnability(model, reference, batch, top)
+    want = set(np.asarray(batch["index"])[np.argsort(-score_np)[:B]].tolist())
     assert set(np.asarray(kept["index"]).tolist()) == want
     # the joint sampler (4 chunks, softmax): B distinct pairs of the super-batch, and the
     # objective sends no gradient to the reference's cached embeddings
-    task = CLIPTask(MLP, LossConfig(objective="jest", jest_chunks=4), *data, reference=reference)
+    loss = LossConfig(objective="jest", jest_score=score, jest_chunks=4)
+    task = CLIPTask(MLP, loss, *data, reference=reference)
     state = task.init_task_state(None)
+    batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, 0)).items()}
+    assert batch["index"].shape == (5 * B,)  # the default keep: 20%
 
     def objective(ref_img, ref_txt):
         ts = {**state, "ref_img": ref_img, "ref_txt": ref_txt}
