@@ -26,6 +26,7 @@ __all__ = [
     "default_matmul_impl",
     "make_norm",
     "param_init",
+    "qk_layernorm",
     "unembedding",
 ]
 
@@ -43,6 +44,15 @@ def make_norm(
     if kind == "rmsnorm":
         return nnx.RMSNorm(dim, dtype=jnp.float32, param_dtype=pdt, rngs=rngs)
     raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
+
+
+def qk_layernorm(dim: int, rngs: nnx.Rngs, param_dtype: str = "float32") -> nnx.LayerNorm:
+    """The QK LayerNorm of Kuang et al.'s code (``LayerNorm(d, bias=False)``, eps ``1e-5`` as
+    ``F.layer_norm``) over the last axis, in float32; one module shared by every head."""
+    return nnx.LayerNorm(
+        dim, use_bias=False, epsilon=1e-5, dtype=jnp.float32, param_dtype=jnp.dtype(param_dtype),
+        rngs=rngs,
+    )  # fmt: skip
 
 
 class MLP(nnx.Module):
