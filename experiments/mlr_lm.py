@@ -15,7 +15,9 @@ a scaled-down version of the paper's 8-level 32|8|6|4|4|4|4|2 at head dim 64 (de
 Two more rows put MLR into the RMT (:mod:`jaxlab.methods.rmt`, its own recipe) beside the RMT with
 MHA: a combination not published. Compute is the non-embedding training FLOPs per token (3x the
 forward: projections, MLP, and the token mixing counted over the pairs each kind really scores,
-``LMConfig.flops_per_token(include_vocab=False, causal=True)``) times the tokens seen.
+``LMConfig.flops_per_token(include_vocab=False, causal=True)``) times the tokens seen. The
+``paper`` preset adds the authors' recipe (per-head QK LayerNorm, µP logit scales ``8/d``) to every
+row; the default keeps the models' own (no QK norm, ``1/sqrt(d)``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Config:
     ranks: tuple[int, ...] = (16, 8, 4, 4)  # mlr, level 0 first; sum = head_dim
     normalize: str = "block_levels"
     rmt_d_key: int = 16
+    # The authors' recipe (their LM config: do_qk_ln=True, µP logits 8/d) is the paper preset's;
+    # off by default, as the models' own defaults.
+    qk_norm: bool = False
+    logit_scale: str = "sqrt"
     seeds: tuple[int, ...] = (0, 1)
     data: str = "kjv"
     train: TrainConfig = TrainConfig()
@@ -69,7 +75,10 @@ class Config:
             attention_ranks=self.ranks if kind == "mlr" else (),
             attention_normalize=self.normalize,
         )
-        common = dict(vocab_size=256, seq_len=self.seq_len, num_layers=self.num_layers)
+        common = dict(
+            vocab_size=256, seq_len=self.seq_len, num_layers=self.num_layers,
+            qk_norm=self.qk_norm, logit_scale=self.logit_scale,
+        )  # fmt: skip
         heads = self.d_model // self.head_dim
         if name.startswith("rmt_"):
             cfg = RMTConfig(
@@ -121,6 +130,8 @@ PRESETS = {
         window=256,
         ranks=(32, 8, 6, 4, 4, 4, 4, 2),
         rmt_d_key=64,
+        qk_norm=True,
+        logit_scale="mup",
         seeds=(0, 1),
         train=TrainConfig(
             steps=20000,

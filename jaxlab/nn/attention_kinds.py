@@ -20,12 +20,13 @@ using Structured Matrices", ICML 2025, Sec. 4 and the authors' code):
   same switch as the other kernels).
 
 The authors pair the structured kinds with QK LayerNorm and µP logit scales (``8/d``); here every
-kind keeps the host model's recipe (no QK norm, the model's ``scale``) so that a comparison changes
-the scoring only. The scale passed in is the model's ``mha`` scale for the full head dim
-(``D^-1/2``, times an RMT's ``1/(layer + 1)``); the other kinds take its factor beyond ``D^-1/2``
-(``scale * sqrt(D)``) and apply it to their own per-part scales. SWA and GSWA are written as
-masked dense attention (``O(T^2)`` work, like the authors' default path): they are baselines of
-quality, not of speed.
+kind keeps the host model's recipe so that a comparison changes the scoring only: by default no QK
+norm and ``1/sqrt`` scales, and the authors' recipe behind ``LMConfig.qk_norm`` and
+``LMConfig.logit_scale="mup"`` (:func:`logit_scale`). The scale passed in is the model's ``mha``
+scale for the full head dim (``D^-1/2``, times an RMT's ``1/(layer + 1)``); the other kinds take
+its factor beyond ``D^-1/2`` (``scale * sqrt(D)``) and apply it to their own per-part scales. SWA
+and GSWA are written as masked dense attention (``O(T^2)`` work, like the authors' default path):
+they are baselines of quality, not of speed.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ from jaxlab.nn.mlr_attention import check_mlr, mlr_attention, mlr_covering_level
 __all__ = [
     "AttentionKind",
     "AttentionKindName",
+    "LogitScaleName",
     "MLRNormalizeName",
     "attend",
     "attention_mix_flops",
     "check_attention_kind",
     "global_sliding_window_attention",
+    "logit_scale",
     "sliding_window_attention",
 ]
 
@@ -70,6 +73,27 @@ class AttentionKind(enum.StrEnum):
 AttentionKindName = Literal[tuple(k.value for k in AttentionKind)]  # type: ignore[valid-type]
 # Config spelling of mlr_attention's normalize (None is "none" on the command line).
 MLRNormalizeName = Literal["none", "levels", "block_levels"]
+# How logits are scaled: 1/sqrt(d) (Vaswani et al.) or the authors' µP 8/d.
+LogitScaleName = Literal["sqrt", "mup"]
+
+
+def logit_scale(kind: str, head_dim: int, rule: str = "sqrt") -> float:
+    """The ``scale`` a model passes to :func:`attend` for its ``kind`` under ``rule``.
+
+    ``"sqrt"``: ``1/sqrt(head_dim)`` (every kind then uses its own ``1/sqrt`` per-part scale).
+    ``"mup"``: the µP scales of Kuang et al.'s code (``src/model.py``): ``k *= 8/sqrt(d)`` before
+    the ``1/sqrt(d)`` of ``scaled_dot_product_attention``, so ``8/d`` for ``mha`` and ``swa``;
+    ``8/(d/2)`` on each half for ``gswa``; ``mlr`` keeps its per-level ``1/r_l``, which the authors'
+    sequence-axis MLR uses with no µP switch. The value returned is what makes :func:`attend`'s
+    factor beyond ``1/sqrt(d)`` give those scales.
+    """
+    if rule not in ("sqrt", "mup"):
+        raise ConfigError(f"logit_scale={rule!r}: choose 'sqrt' or 'mup'")
+    if rule == "sqrt" or kind == AttentionKind.MLR:
+        return head_dim**-0.5
+    if kind == AttentionKind.GSWA:  # factor / sqrt(d/2) = 8 / (d/2)
+        return 8.0 / math.sqrt(head_dim / 2) / math.sqrt(head_dim)
+    return 8.0 / head_dim
 
 
 def check_attention_kind(

@@ -306,9 +306,7 @@ def extend(
     for block, k_cache, v_cache in zip(model.blocks, cache.k, cache.v, strict=True):
         attn = block.attn
         h_BTD = block.norm1(x_BTD)
-        q_BTHD = attn.q(h_BTD).reshape(B, T, attn.num_heads, attn.head_dim)
-        k_BTKD = attn.k(h_BTD).reshape(B, T, attn.kv_heads, attn.head_dim)
-        v_BTKD = attn.v(h_BTD).reshape(B, T, attn.kv_heads, attn.head_dim)
+        q_BTHD, k_BTKD, v_BTKD = attn.qkv(h_BTD)
         start = (0, pos, 0, 0)
         k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKD.astype(k_cache.dtype), start)
         v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKD.astype(v_cache.dtype), start)

@@ -26,6 +26,7 @@ __all__ = [
     "default_matmul_impl",
     "make_norm",
     "param_init",
+    "qk_layernorm",
     "unembedding",
 ]
 
@@ -43,6 +44,17 @@ def make_norm(
     if kind == "rmsnorm":
         return nnx.RMSNorm(dim, dtype=jnp.float32, param_dtype=pdt, rngs=rngs)
     raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
+
+
+def qk_layernorm(dim: int, rngs: nnx.Rngs, param_dtype: str = "float32") -> nnx.LayerNorm:
+    """The QK LayerNorm of Kuang et al.'s code (``LayerNorm(d, bias=False)``, eps ``1e-5`` as
+    ``F.layer_norm``) over the last axis; one module shared by every head. ``dtype=None``: it
+    computes in the promotion of the input and its float32 scale, so float32 for bfloat16 and
+    float32 inputs and float64 for float64 ones, like the attention around it."""
+    return nnx.LayerNorm(
+        dim, use_bias=False, epsilon=1e-5, dtype=None, param_dtype=jnp.dtype(param_dtype),
+        rngs=rngs,
+    )  # fmt: skip
 
 
 class MLP(nnx.Module):

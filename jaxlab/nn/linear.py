@@ -25,9 +25,10 @@ entry):
   a block-diagonal first stage maps each input block to ``m2 * s`` numbers, the axes are regrouped
   by output block, and a block-diagonal second stage maps each output block's ``n1 * s`` numbers
   to its ``m1`` outputs: ``M[(j1, j2), (k, i1)] = sum_a R[j1, j2, k, a] L[j1, a, k, i1]`` (the
-  authors' two-core ``FasterBTT``; ``s = 1`` is a Monarch matrix). ``n1`` and ``m2`` are the
-  smallest divisors of ``d_in`` and ``d_out`` that are at least their square roots, so
-  ``n1 * m2 * s >= sqrt(d_in * d_out)`` and the implied matrix is full rank for random factors.
+  authors' two-core ``FasterBTT``; ``s = 1`` is a Monarch matrix). The blocks follow Kuang et
+  al.'s ``factorize`` (:func:`btt_blocks`): ``n2`` and ``m2`` are the smallest divisors of ``d_in``
+  and ``d_out`` strictly above their square roots, so ``n1 * m2 * s >= d`` for a square map and
+  the implied matrix is full rank for random factors.
 * ``mlr`` — multi-level low-rank (Kuang, Amsel, Lotfi, Qiu, Potapczynski & Wilson, "Customizing the
   Inductive Biases of Softmax Attention using Structured Matrices", ICML 2025): level ``l`` splits
   the input and output features into ``2^l`` contiguous blocks with a rank-``r_l`` map on each,
@@ -77,7 +78,9 @@ __all__ = [
     "MatmulImpl",
     "MatmulImplName",
     "default_matmul_impl",
+    "btt_blocks",
     "param_init",
+    "rms_capped",
 ]
 
 
@@ -219,17 +222,31 @@ class LowRank(LinearMap):
         return self.u[...].astype(jnp.float32) @ self.vt[...].astype(jnp.float32)
 
 
-def btt_blocks(d: int) -> tuple[int, int]:
-    """``(b, d // b)``: ``b`` the smallest divisor of ``d`` with ``b >= sqrt(d)``.
+def rms_capped(w: jax.Array, cap: float) -> jax.Array:
+    """``w / max(1, RMS(w) / cap)``: the factor weights of Kuang et al.'s bilinear BTT and MLR
+    (``src/model.py``, ``BilinearBTT_W_K_Projection`` and ``BilinearMLRProjection``), whose RMS
+    is held at most at ``cap = sqrt(min(d_in, d_out)) / d_in`` on every forward pass (a µP-style
+    reparametrisation of a block ``d_in -> d_out``); ``1e-8`` inside the root as theirs."""
+    rms = jnp.sqrt(jnp.mean(jnp.square(w.astype(jnp.float32))) + 1e-8)
+    return w / jnp.maximum(1.0, rms / cap).astype(w.dtype)
 
-    The BTT input splits into ``n1, n2 = btt_blocks(d_in)`` (``n1`` blocks of ``n2``), the output
-    into ``m2, m1 = btt_blocks(d_out)`` (``m2`` blocks of ``m1``).
+
+def btt_blocks(d: int) -> tuple[int, int]:
+    """``(d // b, b)`` for ``b`` the smallest divisor of ``d`` strictly greater than ``sqrt(d)``
+    (``(1, 1)`` for ``d = 1``): the ``factorize(d, 2)`` of Kuang et al.'s ``BilinearBTTAttention``.
+
+    The BTT input splits into ``n1, n2 = btt_blocks(d_in)`` (``n1 = d_in // b`` blocks of ``b``,
+    the authors' ``c`` blocks of ``d``), the output into ``m1, m2 = btt_blocks(d_out)`` (``m2 = b``
+    blocks of ``m1``, their ``b`` groups of ``a``). Then ``n1 * m2 = d`` for a square map, so TT
+    rank 1 is full rank; for a perfect square ``d = b^2`` the blocks are ``(b/p, b p)`` for the
+    smallest prime ``p`` of ``b``, not ``(b, b)``: what the authors build, at ``p`` times the
+    parameters of the square split in the first stage.
     """
-    b = math.isqrt(d)
-    b = b if b * b == d else b + 1
-    while d % b:
+    b = math.isqrt(d) + 1  # the smallest integer strictly above sqrt(d)
+    while d % b and b < d:
         b += 1
-    return b, d // b
+    b = min(b, d)
+    return d // b, b
 
 
 class BTT(LinearMap):
@@ -249,6 +266,7 @@ class BTT(LinearMap):
         *,
         btt_rank: int,
         std: float,
+        rms_cap: bool = False,
         axes: Axes = (None, None),
         dtype: str = "float32",
         param_dtype: str = "float32",
@@ -256,11 +274,14 @@ class BTT(LinearMap):
     ):
         self.validate(d_in, d_out, btt_rank=btt_rank)
         s = btt_rank
-        (n1, n2), (m2, m1) = btt_blocks(d_in), btt_blocks(d_out)
-        self.first = _normal(rngs, (d_in, m2 * s), n2**-0.5, (axes[0], None), param_dtype)
-        second_std = std * (n2 / s) ** 0.5
+        (n1, n2), (m1, m2) = btt_blocks(d_in), btt_blocks(d_out)
+        # Under the RMS cap the raw factors start at N(0, 1), as the authors', and the cap sets
+        # their scale (see rms_capped).
+        first_std, second_std = (1.0, 1.0) if rms_cap else (n2**-0.5, std * (n2 / s) ** 0.5)
+        self.first = _normal(rngs, (d_in, m2 * s), first_std, (axes[0], None), param_dtype)
         self.second = _normal(rngs, (n1 * s, d_out), second_std, (None, axes[1]), param_dtype)
         self.shape = (n1, n2, m2, m1, s)
+        self.rms_cap = rms_cap
         self.d_in, self.d_out, self.dtype = d_in, d_out, jnp.dtype(dtype)
 
     @staticmethod
@@ -274,8 +295,12 @@ class BTT(LinearMap):
 
     def _cores(self, dtype):
         n1, n2, m2, m1, s = self.shape
-        r_JNKA = self.first[...].astype(dtype).reshape(n1, n2, m2, s)
-        l_JAKM = self.second[...].astype(dtype).reshape(n1, s, m2, m1)
+        first, second = self.first[...], self.second[...]
+        if self.rms_cap:  # each stage's blocks map n2 -> m2 s and n1 s -> m1
+            first = rms_capped(first, cap=min(n2, m2 * s) ** 0.5 / n2)
+            second = rms_capped(second, cap=min(n1 * s, m1) ** 0.5 / (n1 * s))
+        r_JNKA = first.astype(dtype).reshape(n1, n2, m2, s)
+        l_JAKM = second.astype(dtype).reshape(n1, s, m2, m1)
         return r_JNKA, l_JAKM
 
     def product(self, x):
@@ -430,6 +455,22 @@ class LinearSpec:
         """Raises :class:`ConfigError` unless this spec can build a ``d_in -> d_out`` map."""
         cls = self.layer_class
         cls.validate(d_in, d_out, **cls.options(self))
+
+    def flops(self, d_in: int, d_out: int) -> float:
+        """Forward FLOPs per token of one ``d_in -> d_out`` map of this kind (a multiply-add is 2),
+        from the shapes it builds: twice its parameters, and ``2 k (d_in + d_out)`` for
+        ``spectral``, whose forward uses all ``k = min(d_in, d_out)`` pairs."""
+        kind = LinearKind(self.kind)
+        if kind == LinearKind.BTT:
+            (n1, _), (_, m2) = btt_blocks(d_in), btt_blocks(d_out)
+            return 2.0 * self.btt_rank * (m2 * d_in + n1 * d_out)
+        if kind == LinearKind.LOW_RANK:
+            return 2.0 * self.rank * (d_in + d_out)
+        if kind == LinearKind.MLR:
+            return 2.0 * sum(self.mlr_ranks) * (d_in + d_out)
+        if kind == LinearKind.SPECTRAL:
+            return 2.0 * min(d_in, d_out) * (d_in + d_out)
+        return 2.0 * d_in * d_out
 
     def __call__(
         self, d_in: int, d_out: int, *, std: float, axes: Axes = (None, None), rngs: nnx.Rngs

@@ -25,6 +25,7 @@ from jaxlab.core.flops import FlopCount
 from jaxlab.nn.attention import AttentionImpl
 from jaxlab.nn.attention_kinds import (
     AttentionKindName,
+    LogitScaleName,
     MLRNormalizeName,
     attention_mix_flops,
     check_attention_kind,
@@ -71,6 +72,10 @@ class LMConfig:
       attention_window: ``swa``/``gswa``: earlier positions a query sees besides itself.
       attention_ranks, attention_normalize: ``mlr``'s rank per level (level 0 first, summing to
         the head dim) and normalisation (``none``, ``levels``, ``block_levels``).
+      qk_norm: a LayerNorm (no bias) over each head's queries and keys before the logits, shared by
+        the heads, as the ``do_qk_ln`` of Kuang et al.'s code (their default; off here).
+      logit_scale: ``"sqrt"`` (``1/sqrt(head dim)``, default) or ``"mup"`` (the authors' ``8/d``;
+        per kind: :func:`jaxlab.nn.attention_kinds.logit_scale`).
 
     A subclass adds its own fields, their checks in :meth:`check_fields`, the shapes of its linear
     maps in :meth:`linear_shapes`, the FLOPs of its matrices in :meth:`matrix_flops` (and of its
@@ -104,6 +109,8 @@ class LMConfig:
     attention_window: int = 0
     attention_ranks: tuple[int, ...] = ()
     attention_normalize: MLRNormalizeName = "block_levels"
+    qk_norm: bool = False
+    logit_scale: LogitScaleName = "sqrt"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "num_layers"):
@@ -140,6 +147,10 @@ class LMConfig:
         shape = self.attention_shape()
         if shape is None:
             check(self.attention == "mha", f"{self.FAMILY} has no attention kinds; keep mha")
+            check(
+                not self.qk_norm and self.logit_scale == "sqrt",
+                f"{self.FAMILY} has no dot-product attention; keep qk_norm=False, logit_scale=sqrt",
+            )
             return
         check_attention_kind(
             self.attention,

@@ -25,9 +25,9 @@ from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
 from jaxlab.nn import kv_cache
 from jaxlab.nn.attention import alibi_slopes
-from jaxlab.nn.attention_kinds import attend
+from jaxlab.nn.attention_kinds import attend, logit_scale
 from jaxlab.nn.init import unembedding_std, weight_std
-from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, unembedding
+from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, qk_layernorm, unembedding
 from jaxlab.nn.lm_config import LMConfig
 
 __all__ = ["Transformer", "TransformerConfig"]
@@ -91,15 +91,18 @@ class TransformerConfig(LMConfig):
 
     def matrix_flops(self) -> tuple[float, float, float]:
         """Per token (Kaplan et al. 2020, Table 1): Q, K, V in and the output projection
-        (``2 d (q + 2 kv) + 2 q d`` for query width q and key/value width kv), the MLP's two maps,
-        and the unembedding; embedding lookups are free."""
+        (``2 d (q + 2 kv) + 2 q d`` for query width q and key/value width kv when dense), the MLP's
+        two maps, and the unembedding; embedding lookups are free. Each map is counted as the
+        linear factory builds it (:meth:`jaxlab.nn.linear.LinearSpec.flops`: a structured map
+        costs what its shapes cost)."""
         d, q_width, kv_width = (
             self.d_model,
             self.num_heads * self.head_dim,
             self.kv_heads * self.head_dim,
         )
-        proj = 2 * d * (q_width + 2 * kv_width) + 2 * q_width * d
-        return proj, 2 * 2 * d * self.ff_dim, 2 * d * self.vocab_size
+        f = self.linear_factory().flops
+        proj = f(d, q_width) + 2 * f(d, kv_width) + f(q_width, d)
+        return proj, f(d, self.ff_dim) + f(self.ff_dim, d), 2 * d * self.vocab_size
 
 
 class Attention(nnx.Module):
@@ -118,17 +121,29 @@ class Attention(nnx.Module):
         self.out = linear(h * hd, d, std=std_out, axes=("heads", "embed"), rngs=rngs)
         self.num_heads, self.kv_heads, self.head_dim = h, kv, hd
         self.impl = cfg.attention_impl
-        self.scale = hd**-0.5 / (layer + 1) if cfg.layer_scaled_logits else hd**-0.5
+        scale = logit_scale(cfg.attention, hd, cfg.logit_scale)
+        self.scale = scale / (layer + 1) if cfg.layer_scaled_logits else scale
+        self.q_norm = qk_layernorm(hd, rngs, cfg.param_dtype) if cfg.qk_norm else None
+        self.k_norm = qk_layernorm(hd, rngs, cfg.param_dtype) if cfg.qk_norm else None
         self.slopes = alibi_slopes(h, cfg.alibi) if cfg.positions == "alibi" else None
         self.kind, self.window = cfg.attention, cfg.attention_window
         self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
         self.seq_len = cfg.seq_len
 
-    def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
+    def qkv(self, x_BTD: Float[Array, "B T D"]):
+        """Per-head queries, keys (QK-normed when the config says so) and values."""
         B, T, _ = x_BTD.shape
         q_BTHD = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         k_BTKD = self.k(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
         v_BTKD = self.v(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q_BTHD = self.q_norm(q_BTHD).astype(v_BTKD.dtype)
+            k_BTKD = self.k_norm(k_BTKD).astype(v_BTKD.dtype)
+        return q_BTHD, k_BTKD, v_BTKD
+
+    def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
+        B, T, _ = x_BTD.shape
+        q_BTHD, k_BTKD, v_BTKD = self.qkv(x_BTD)
         o_BTHD = attend(
             q_BTHD,
             k_BTKD,

@@ -94,26 +94,43 @@ def test_implied_rank(spec, d_in, d_out, rank):
     assert np.linalg.matrix_rank(numpy_matrix(layer)) == rank
 
 
-def test_btt_with_square_root_blocks_below_sqrt_would_lose_rank():
-    """Why btt_blocks rounds up: n1 = m2 = 8 blocks for D = 128 caps the s = 1 rank at 64."""
-    assert btt_blocks(128) == (16, 8) and btt_blocks(48) == (8, 6) and btt_blocks(64) == (8, 8)
-    assert btt_blocks(7) == (7, 1)
+def _authors_factorize(d):
+    """Kuang et al.'s ``factorize(d, 2)``: ``[d // b, b]`` for ``b`` the first divisor of ``d``
+    strictly greater than ``sqrt(d)`` (theirs runs over sympy's ``divisors``)."""
+    b = next(f for f in range(1, d + 1) if d % f == 0 and f > d**0.5)
+    return d // b, b
+
+
+@pytest.mark.parametrize("d", [2, 7, 16, 20, 32, 48, 64, 72, 128, 256])
+def test_btt_blocks_are_the_authors_factorize(d):
+    assert btt_blocks(d) == _authors_factorize(d)
+
+
+def test_btt_block_layout_is_the_authors():
+    # Theirs at D = 64: x as c = 4 blocks of d = 16 (W_K (c, d, H b s)), output in b = 16 groups.
+    layer = LinearSpec(kind="btt")(64, 64, std=1.0, rngs=nnx.Rngs(0))
+    n1, n2, m2, m1, s = layer.shape
+    assert (n1, n2, m2, m1, s) == (4, 16, 16, 4, 1)
+    assert btt_blocks(1) == (1, 1)
 
 
 def test_parameter_counts_match_closed_forms():
-    # dense d_in*d_out; low rank r(d_in + d_out); BTT s(m2 d_in + n1 d_out) with n1 = 8 (32 = 8*4),
-    # m2 = 8 (48 = 8*6), and for 48 -> 20: n1 = 8, m2 = 5; MLR sum_l r_l (d_in + d_out); spectral
+    # dense d_in*d_out; low rank r(d_in + d_out); BTT s(m2 d_in + n1 d_out) with n1 = 4 (32 = 4*8),
+    # m2 = 8 (48 = 6*8), and for 48 -> 20: n1 = 6, m2 = 5; MLR sum_l r_l (d_in + d_out); spectral
     # r(d_in + d_out) + k trainable (s and the r active pairs; the k - r frozen pairs are not
     # parameters), k = min(d_in, d_out).
     want = {
         "dense": 24 * 40,
         "low_rank": 5 * (24 + 40),
-        "btt_s1": 1 * (8 * 32 + 8 * 48),
-        "btt_s3": 3 * (5 * 48 + 8 * 20),
+        "btt_s1": 1 * (8 * 32 + 4 * 48),
+        "btt_s3": 3 * (5 * 48 + 6 * 20),
         "mlr": (4 + 2 + 1) * (32 + 48),
         "spectral": 5 * (24 + 40) + 24,
     }
     assert {name: count_params(build(name)) for name in CASES} == want
+    for name, (spec, d_in, d_out) in CASES.items():  # FLOPs follow the shapes built
+        if name != "spectral":  # (its forward uses all k pairs, frozen ones too)
+            assert spec.flops(d_in, d_out) == 2 * want[name], name
 
 
 @pytest.mark.parametrize(

@@ -69,3 +69,29 @@ def test_set_keys_reach_the_linear_options(cls):
 def test_z_loss_is_checked_by_the_task():
     with pytest.raises(ConfigError, match="z_loss must be >= 0"):
         LMTask(build=None, seq_len=16, z_loss=-1.0)
+
+
+@pytest.mark.parametrize(
+    "linear",
+    [
+        dict(linear="dense"),
+        dict(linear="low_rank", linear_rank=4),
+        dict(linear="btt", linear_btt_rank=2),
+        dict(linear="mlr", linear_mlr_ranks=(4, 2, 2)),
+    ],
+    ids=lambda f: f["linear"],
+)
+def test_flops_per_token_follow_the_maps_as_built(linear):
+    """A layer's projections and MLP cost twice the parameters the factory builds for them."""
+    from flax import nnx
+
+    from jaxlab.nn.layers import count_params
+    from jaxlab.nn.transformer import Transformer
+
+    cfg = TransformerConfig(
+        vocab_size=16, seq_len=8, num_layers=1, d_model=48, num_heads=2, d_ff=96, **linear
+    )
+    block = Transformer(cfg, rngs=nnx.Rngs(0)).blocks[0]
+    attn = sum(count_params(m) for m in (block.attn.q, block.attn.k, block.attn.v, block.attn.out))
+    proj, mlp, _ = cfg.matrix_flops()
+    assert (proj, mlp) == (2 * attn, 2 * count_params(block.mlp))

@@ -99,11 +99,13 @@ class RMTConfig(LMConfig):
         * attention storage/retrieval: q, k, v retrievals and the output storage are each one
           contraction of ``R`` keys with the ``Dk x Dv`` matrix, ``2 R Dk Dv`` FLOPs, so
           ``8 R Dk Dv`` in all — this replaces the transformer's ``8 D^2`` for W_Q, W_K, W_V, W_O;
-        * feed-forward: ``4 (R Dv) d_ff`` for the MLP plus ``4 R Dk Dv`` for its retrieval and
-          storage;
+        * feed-forward: ``4 (R Dv) d_ff`` for the MLP when dense (a structured MLP as its
+          shapes cost, :meth:`jaxlab.nn.linear.LinearSpec.flops`) plus ``4 R Dk Dv`` for its
+          retrieval and storage;
         * vocabulary: the unembedding ``2 (R Dv) V`` plus the embedding storage and the final
           retrieval, ``4 R Dk Dv``.
         """
         rw = 2 * self.rank * self.d_key * self.d_value  # one storage or retrieval of R vectors
-        ff = 4 * self.width * self.d_ff + 2 * rw
+        f = self.linear_factory().flops  # the MLP's maps as the factory builds them
+        ff = f(self.width, self.d_ff) + f(self.d_ff, self.width) + 2 * rw
         return 4 * rw, ff, 2 * self.width * self.vocab_size + 2 * rw

@@ -46,9 +46,9 @@ from jaxtyping import Array, Float, Int
 from jaxlab.core.mesh import constrain
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes
-from jaxlab.nn.attention_kinds import attend
+from jaxlab.nn.attention_kinds import attend, logit_scale
 from jaxlab.nn.init import unembedding_std, weight_std
-from jaxlab.nn.layers import MLP, TokenEmbedding, param_init, unembedding
+from jaxlab.nn.layers import MLP, TokenEmbedding, param_init, qk_layernorm, unembedding
 
 __all__ = ["RMT", "retrieve", "retrieve_reference", "store", "store_reference"]
 
@@ -193,8 +193,10 @@ class RMTAttention(nnx.Module):
         if cfg.query_zero_init:  # µP's zero query (Yang et al. 2021, App. D.2), as the code meant
             self.read_qkv[...] = self.read_qkv[...].at[0].set(0.0)
         self.write = _write_keys(cfg, rngs)
-        scale = cfg.d_value**-0.5
+        scale = logit_scale(cfg.attention, cfg.d_value, cfg.logit_scale)
         self.scale = scale / (layer + 1) if cfg.layer_scaled_logits else scale
+        self.q_norm = qk_layernorm(cfg.d_value, rngs, cfg.param_dtype) if cfg.qk_norm else None
+        self.k_norm = qk_layernorm(cfg.d_value, rngs, cfg.param_dtype) if cfg.qk_norm else None
         self.slopes = alibi_slopes(R, cfg.alibi) if cfg.positions == "alibi" else None
         self.impl = cfg.attention_impl
         self.kind, self.window = cfg.attention, cfg.attention_window
@@ -205,10 +207,14 @@ class RMTAttention(nnx.Module):
         C, K, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
         keys_KC = jnp.swapaxes(self.read_qkv[...], 0, 1).reshape(K, C * R)
         qkv_BTCRV = self.norm.read(x_BTVK, keys_KC).reshape(*x_BTVK.shape[:2], C, R, -1)
+        q_BTRV, k_BTRV, v_BTRV = qkv_BTCRV[:, :, 0], qkv_BTCRV[:, :, 1], qkv_BTCRV[:, :, 2]
+        if self.q_norm is not None:  # LMConfig.qk_norm: per-head LayerNorm of q and k
+            q_BTRV = self.q_norm(q_BTRV).astype(v_BTRV.dtype)
+            k_BTRV = self.k_norm(k_BTRV).astype(v_BTRV.dtype)
         o_BTRV = attend(
-            qkv_BTCRV[:, :, 0],
-            qkv_BTCRV[:, :, 1],
-            qkv_BTCRV[:, :, 2],
+            q_BTRV,
+            k_BTRV,
+            v_BTRV,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
             scale=self.scale,

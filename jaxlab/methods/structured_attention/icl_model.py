@@ -44,6 +44,13 @@ class ICLConfig:
       d_model: width D; num_layers: blocks; num_heads: attention heads.
       scoring: ``mha``, ``btt`` (bilinear BTT, TT rank ``btt_rank``) or ``mlr`` (bilinear MLR
         with ``mlr_ranks``, level 0 first).
+      qk_norm: the LayerNorms of the scores (:mod:`~jaxlab.methods.structured_attention.scoring`):
+        per-head QK-LN for ``mha``, the key-side LN for ``btt``, the per-level LNs for ``mlr``;
+        on by default, as the authors' ICL runs (``do_qk_ln=True``).
+      logit_scale: ``"sqrt"`` (default) or the authors' µP scales ``"mup"`` (per scoring, see
+        :mod:`~jaxlab.methods.structured_attention.scoring`).
+      rms_cap: the authors' RMS cap of the BTT and MLR factor weights (no effect on ``mha``)
+        (:func:`jaxlab.nn.linear.rms_capped`); off by default.
       position_std: init std of the learned positions. Garg et al.'s GPT-2 uses 0.02; here 1.0,
         the scale of the read-in tokens: a y token ``(y, 0, .., 0)`` lies along a read-in
         direction that x tokens share, so at 0.02 the model tells the two kinds of token apart
@@ -59,6 +66,9 @@ class ICLConfig:
     scoring: Literal["mha", "btt", "mlr"] = "mha"
     btt_rank: int = 1
     mlr_ranks: tuple[int, ...] = (4, 2, 1, 1)
+    qk_norm: bool = True
+    logit_scale: Literal["sqrt", "mup"] = "sqrt"
+    rms_cap: bool = False
     position_std: float = 1.0
 
     def __post_init__(self) -> None:
@@ -83,11 +93,13 @@ class ICLConfig:
 
 
 def _scorer(cfg: ICLConfig, rngs: nnx.Rngs) -> nnx.Module:
+    common = dict(qk_norm=cfg.qk_norm, logit_scale=cfg.logit_scale, rngs=rngs)
+    D, H = cfg.d_model, cfg.num_heads
     if cfg.scoring == "btt":
-        return BilinearBTTScore(cfg.d_model, cfg.num_heads, btt_rank=cfg.btt_rank, rngs=rngs)
+        return BilinearBTTScore(D, H, btt_rank=cfg.btt_rank, rms_cap=cfg.rms_cap, **common)
     if cfg.scoring == "mlr":
-        return BilinearMLRScore(cfg.d_model, cfg.num_heads, ranks=cfg.mlr_ranks, rngs=rngs)
-    return DotProductScore(cfg.d_model, cfg.num_heads, rngs=rngs)
+        return BilinearMLRScore(D, H, ranks=cfg.mlr_ranks, rms_cap=cfg.rms_cap, **common)
+    return DotProductScore(D, H, **common)
 
 
 class ScoredAttention(nnx.Module):

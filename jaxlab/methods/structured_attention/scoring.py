@@ -24,13 +24,16 @@ information when the inputs are high-dimensional (``d_head < d``). The paper rep
 * :class:`DotProductScore` — the standard multi-head baseline.
 
 ``qk_norm=False`` removes the LayerNorms; the scores are then exactly ``x^T M_h x'`` for the matrix
-that :meth:`dense_matrices` reconstructs (tested). The authors also cap each factor's RMS at its
-init scale on every forward (a µP-style reparametrisation); that is left out here (plain AdamW).
-"""
+that :meth:`dense_matrices` reconstructs (tested). The authors' recipe (``src/model.py``) is a set
+of switches here: ``qk_norm`` (their ``do_qk_ln``, a bias-free LayerNorm, on for every model in
+their ICL runs), ``logit_scale`` (``"sqrt"``, or their µP ``"mup"``: ``8/d_head`` for MHA, ``8/(r_l
+2^l)`` per MLR level, ``1/D`` for BTT — no factor 8 there, as theirs) and ``rms_cap`` (each
+factor's RMS held at most at its init scale on every forward, :func:`jaxlab.nn.linear.rms_capped`;
+the raw factors then start at N(0, 1), as theirs). One difference stays: the authors cap all heads'
+factors of a level as one tensor; here each head's BTT caps its own factors."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -38,33 +41,52 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.nn.linear import BTT, LinearSpec
+from jaxlab.nn.layers import qk_layernorm
+from jaxlab.nn.linear import BTT, LinearSpec, rms_capped
 
-__all__ = ["BilinearBTTScore", "BilinearMLRScore", "DotProductScore"]
+__all__ = ["LOGIT_SCALES", "BilinearBTTScore", "BilinearMLRScore", "DotProductScore"]
+
+LOGIT_SCALES = ("sqrt", "mup")
 
 
-def _layernorm(dim: int, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    # dtype None: computed in the promotion of input and float32 scale, float32 for bfloat16 and
-    # float32 inputs (as before) and float64 for float64 ones, like the attention around it.
-    return nnx.LayerNorm(dim, use_bias=False, dtype=None, rngs=rngs)
+def _check_scale(logit_scale: str) -> None:
+    if logit_scale not in LOGIT_SCALES:
+        raise ConfigError(f"logit_scale={logit_scale!r}: choose one of {list(LOGIT_SCALES)}")
 
 
 class DotProductScore(nnx.Module):
-    """Standard multi-head scores ``(x W_Q^h) . (x' W_K^h) / sqrt(d_head)``."""
+    """Standard multi-head scores ``c * LN(x W_Q^h) . LN(x' W_K^h)``: ``c = 1/sqrt(d_head)``
+    (``"sqrt"``) or the authors' ``8/d_head`` (``"mup"``); the LayerNorms (one for queries, one
+    for keys, shared by the heads) only with ``qk_norm``."""
 
-    def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        qk_norm: bool = False,
+        logit_scale: str = "sqrt",
+        rngs: nnx.Rngs,
+    ):
         if d_model % num_heads:
             raise ConfigError(f"num_heads={num_heads} must divide d_model={d_model}")
+        _check_scale(logit_scale)
         dense = LinearSpec()
         self.q = dense(d_model, d_model, std=d_model**-0.5, rngs=rngs)
         self.k = dense(d_model, d_model, std=d_model**-0.5, rngs=rngs)
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
+        self.q_norm = qk_layernorm(self.head_dim, rngs) if qk_norm else None
+        self.k_norm = qk_layernorm(self.head_dim, rngs) if qk_norm else None
+        hd = self.head_dim
+        self.scale = hd**-0.5 if logit_scale == "sqrt" else 8.0 / hd
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
         B, T, _ = x_BTD.shape
         q_BTHE = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         k_BTHE = self.k(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
-        return jnp.einsum("bthe,bshe->bhts", q_BTHE, k_BTHE) / math.sqrt(self.head_dim)
+        if self.q_norm is not None:
+            q_BTHE, k_BTHE = self.q_norm(q_BTHE), self.k_norm(k_BTHE)
+        return jnp.einsum("bthe,bshe->bhts", q_BTHE, k_BTHE) * self.scale
 
     def flops(self, T: int) -> float:
         """Forward FLOPs of one sequence: two ``D x D`` projections and the ``T x T`` logits."""
@@ -72,17 +94,18 @@ class DotProductScore(nnx.Module):
         return 2 * 2 * T * D * D + 2 * T * T * D
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
-        """``W_Q^h W_K^h^T`` per head (rank ``d_head``)."""
+        """``c W_Q^h W_K^h^T`` per head (rank ``d_head``; the scores without ``qk_norm``)."""
         wq = self.q.dense_matrix().reshape(-1, self.num_heads, self.head_dim)
         wk = self.k.dense_matrix().reshape(-1, self.num_heads, self.head_dim)
-        return jnp.einsum("ihe,jhe->hij", wq, wk) / math.sqrt(self.head_dim)
+        return jnp.einsum("ihe,jhe->hij", wq, wk) * self.scale
 
 
 class BilinearBTTScore(nnx.Module):
-    """Bilinear BTT scores ``x_t . LN(BTT_h(x_t')) / sqrt(D)`` (paper Sec. 3.1), ``H`` heads.
+    """Bilinear BTT scores ``c * x_t . LN(BTT_h(x_t'))`` (paper Sec. 3.1), ``H`` heads, with
+    ``c = 1/sqrt(D)`` (``"sqrt"``) or ``1/D`` (``"mup"``, the authors' µP scale for BTT).
 
     Each head's key map is a ``D -> D`` :class:`jaxlab.nn.linear.BTT` of TT rank ``btt_rank``,
-    initialised variance-preserving (entries N(0, 1/D)).
+    initialised variance-preserving (entries N(0, 1/D)), or RMS-capped (``rms_cap``).
     """
 
     def __init__(
@@ -92,14 +115,20 @@ class BilinearBTTScore(nnx.Module):
         *,
         btt_rank: int = 1,
         qk_norm: bool = True,
+        logit_scale: str = "sqrt",
+        rms_cap: bool = False,
         rngs: nnx.Rngs,
     ):
+        _check_scale(logit_scale)
         D = d_model
-        self.maps = nnx.List(
-            [BTT(D, D, btt_rank=btt_rank, std=D**-0.5, rngs=rngs) for _ in range(num_heads)]
-        )
-        self.norms = nnx.List([_layernorm(D, rngs) for _ in range(num_heads)] if qk_norm else [])
+        self.maps = nnx.List([
+            BTT(D, D, btt_rank=btt_rank, std=D**-0.5, rms_cap=rms_cap, rngs=rngs)
+            for _ in range(num_heads)
+        ])  # fmt: skip
+        self.norms = nnx.List([qk_layernorm(D, rngs) for _ in range(num_heads)] if qk_norm else [])
         self.d_model, self.qk_norm = D, qk_norm
+        # The authors' BilinearBTTAttention: 1/D under µP, 1/sqrt(D) otherwise.
+        self.scale = D**-0.5 if logit_scale == "sqrt" else 1.0 / D
 
     def _keys(self, x_BTD):
         keys = [m(x_BTD) for m in self.maps]
@@ -109,7 +138,7 @@ class BilinearBTTScore(nnx.Module):
 
     def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
         k_BTHD = self._keys(x_BTD)
-        return jnp.einsum("btd,bshd->bhts", x_BTD, k_BTHD) / math.sqrt(self.d_model)
+        return jnp.einsum("btd,bshd->bhts", x_BTD, k_BTHD) * self.scale
 
     def flops(self, T: int) -> float:
         """Forward FLOPs of one sequence: the BTT maps (two stages) and ``H`` full-width logits."""
@@ -120,11 +149,12 @@ class BilinearBTTScore(nnx.Module):
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``M_h`` with ``scores = x^T M_h x'`` when ``qk_norm=False`` (BTT_h is ``x' @ W``, so
         ``x . BTT_h(x') = x^T W^T x'``)."""
-        return jnp.stack([m.dense_matrix().T for m in self.maps]) / math.sqrt(self.d_model)
+        return jnp.stack([m.dense_matrix().T for m in self.maps]) * self.scale
 
 
 class BilinearMLRScore(nnx.Module):
-    """Bilinear MLR scores (paper Sec. 3.2): ``sum_l LN(q_l(x)) . LN(k_l(x')) / sqrt(r_l 2^l)``.
+    """Bilinear MLR scores (paper Sec. 3.2): ``sum_l c_l LN(q_l(x)) . LN(k_l(x'))`` with
+    ``c_l = 1/sqrt(r_l 2^l)`` (``"sqrt"``) or ``8/(r_l 2^l)`` (``"mup"``, the authors' µP).
 
     Level ``l`` holds query and key factors ``(D, H r_l)``: its ``2^l`` feature blocks' factors
     (``(D / 2^l, r_l)`` per head) stacked along ``D``, the layout of :class:`jaxlab.nn.linear.MLR`'s
@@ -140,8 +170,11 @@ class BilinearMLRScore(nnx.Module):
         *,
         ranks: Sequence[int],
         qk_norm: bool = True,
+        logit_scale: str = "sqrt",
+        rms_cap: bool = False,
         rngs: nnx.Rngs,
     ):
+        _check_scale(logit_scale)
         ranks = tuple(int(r) for r in ranks)
         blocks = 2 ** (len(ranks) - 1)
         if not ranks or min(ranks) < 1 or d_model % blocks:
@@ -153,19 +186,34 @@ class BilinearMLRScore(nnx.Module):
         init = nnx.initializers.normal(1.0)
         self.wq, self.wk, self.norms_q, self.norms_k = (nnx.List() for _ in range(4))
         for level, r in enumerate(ranks):
-            std = (D / 2**level) ** -0.5  # variance preserving within a block
+            # Variance preserving within a block; N(0, 1) raw factors under the RMS cap (theirs).
+            std = 1.0 if rms_cap else (D / 2**level) ** -0.5
             for factors in (self.wq, self.wk):
                 factors.append(nnx.Param(init(rngs.params(), (D, H * r)) * std))
             if qk_norm:
-                self.norms_q.append(_layernorm(r * 2**level, rngs))
-                self.norms_k.append(_layernorm(r * 2**level, rngs))
+                self.norms_q.append(qk_layernorm(r * 2**level, rngs))
+                self.norms_k.append(qk_layernorm(r * 2**level, rngs))
         self.ranks, self.num_heads, self.d_model, self.qk_norm = ranks, H, D, qk_norm
+        self.mup, self.rms_cap = logit_scale == "mup", rms_cap
+
+    def _factor(self, w, level: int, r: int):
+        """A level's factor ``(D, H r)``, RMS-capped as the authors' ``BilinearMLRProjection``
+        (blocks ``D / 2^l -> H r``) under ``rms_cap``."""
+        if not self.rms_cap:
+            return w[...]
+        d_in = self.d_model // 2**level
+        return rms_capped(w[...], cap=min(d_in, self.num_heads * r) ** 0.5 / d_in)
+
+    def _scale(self, level: int, r: int) -> float:
+        """``1/sqrt(r 2^l)``, times ``8/sqrt(r 2^l)`` under µP (the authors' form)."""
+        width = r * 2**level
+        return width**-0.5 * (8.0 * width**-0.5 if self.mup else 1.0)
 
     def _project(self, x_BTD, w, level, r):
         B, T, D = x_BTD.shape
         p = 2**level
         x_BTPI = x_BTD.reshape(B, T, p, D // p)
-        w_PIHR = w[...].reshape(p, D // p, self.num_heads, r)
+        w_PIHR = self._factor(w, level, r).reshape(p, D // p, self.num_heads, r)
         y_BTHRP = jnp.einsum("btpi,pihr->bthrp", x_BTPI, w_PIHR)
         return y_BTHRP.reshape(B, T, self.num_heads, r * p)
 
@@ -176,8 +224,7 @@ class BilinearMLRScore(nnx.Module):
             k = self._project(x_BTD, self.wk[level], level, r)
             if self.qk_norm:
                 q, k = self.norms_q[level](q), self.norms_k[level](k)
-            scale = (r * 2**level) ** -0.5
-            total = total + jnp.einsum("bthe,bshe->bhts", q, k) * scale
+            total = total + jnp.einsum("bthe,bshe->bhts", q, k) * self._scale(level, r)
         return total
 
     def flops(self, T: int) -> float:
@@ -189,15 +236,15 @@ class BilinearMLRScore(nnx.Module):
         return proj + logits
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
-        """``M_h = sum_l blockdiag_k(Q_{l,k} K_{l,k}^T) / sqrt(r_l 2^l)`` (scores with
+        """``M_h = sum_l c_l blockdiag_k(Q_{l,k} K_{l,k}^T)`` (scores with
         ``qk_norm=False`` equal ``x^T M_h x'``)."""
         H, D = self.num_heads, self.d_model
         m = jnp.zeros((H, D, D))
         for level, r in enumerate(self.ranks):
             p, size = 2**level, D // 2**level
-            wq = self.wq[level][...].reshape(p, size, H, r)
-            wk = self.wk[level][...].reshape(p, size, H, r)
-            blocks_PHIJ = jnp.einsum("pihr,pjhr->phij", wq, wk) * (r * p) ** -0.5
+            wq = self._factor(self.wq[level], level, r).reshape(p, size, H, r)
+            wk = self._factor(self.wk[level], level, r).reshape(p, size, H, r)
+            blocks_PHIJ = jnp.einsum("pihr,pjhr->phij", wq, wk) * self._scale(level, r)
             for b in range(p):
                 sl = slice(b * size, (b + 1) * size)
                 m = m.at[:, sl, sl].add(blocks_PHIJ[b])
