@@ -90,7 +90,7 @@ PRESETS = {
         train=_train_cfg(2000, 5120, 3.125e-4),
         reference_train=_train_cfg(10000, 5120, 3.125e-4),
         sizes=(100_000, 200_000, 400_000, 800_000),
-        data=DataConfig(reference_pairs=8_000_000, test_pairs=10_240),
+        data=DataConfig(reference_pairs=8_000_000, weak_reference_pairs=100_000, test_pairs=10_240),
         loss=LossConfig(tau=0.01, ref_tau=0.01, eps=1e-4, gamma=1.0),
     ),
 }
