@@ -107,6 +107,25 @@ def conditional_learnability(
     return jnp.diagonal(scores_BB) + scores_BB @ sel_B + sel_B @ scores_BB
 
 
+def _chunk_size(n_select: int, b: int, n_chunks: int) -> int:
+    """Pairs per chunk when ``n_select`` of ``b`` are chosen in ``n_chunks`` chunks (checked)."""
+    if not 0 < n_select <= b:
+        raise ConfigError(f"cannot select {n_select} of a super-batch of {b}")
+    if n_chunks < 1 or n_select % n_chunks:
+        raise ConfigError(
+            f"loss.jest_chunks={n_chunks} must divide the selected batch of {n_select}"
+        )
+    return n_select // n_chunks
+
+
+def _draw(logits_B: Array, chunk: int, key: jax.Array | None, c: int) -> Array:
+    """``chunk`` indices without replacement ∝ softmax(logits) (Gumbel-top-k with chunk ``c``'s
+    key), or the top ``chunk`` when ``key`` is None."""
+    if key is not None:
+        logits_B = logits_B + jax.random.gumbel(jax.random.fold_in(key, c), logits_B.shape)
+    return jax.lax.top_k(logits_B, chunk)[1]
+
+
 def joint_select(
     scores_BB: Float[Array, "B B"],
     n_select: int,
@@ -123,21 +142,13 @@ def joint_select(
       ConfigError: if ``n_chunks`` does not divide ``n_select`` or more are asked than exist.
     """
     b = scores_BB.shape[0]
-    if not 0 < n_select <= b:
-        raise ConfigError(f"cannot select {n_select} of a super-batch of {b}")
-    if n_chunks < 1 or n_select % n_chunks:
-        raise ConfigError(
-            f"loss.jest_chunks={n_chunks} must divide the selected batch of {n_select}"
-        )
-    chunk = n_select // n_chunks
+    chunk = _chunk_size(n_select, b, n_chunks)
 
     def body(c, carry):
         chosen_b, selected_B = carry
         logits_B = conditional_learnability(scores_BB, selected_B)
         logits_B = jnp.where(selected_B, -jnp.inf, logits_B)  # without replacement
-        if key is not None:
-            logits_B = logits_B + jax.random.gumbel(jax.random.fold_in(key, c), (b,))
-        _, new = jax.lax.top_k(logits_B, chunk)
+        new = _draw(logits_B, chunk, key, c)
         chosen_b = jax.lax.dynamic_update_slice(chosen_b, new.astype(jnp.int32), (c * chunk,))
         return chosen_b, selected_B.at[new].set(True)
 
@@ -211,13 +222,7 @@ def softmax_joint_select(
       ConfigError: if ``n_chunks`` does not divide ``n_select`` or more are asked than exist.
     """
     b = img_BD.shape[0]
-    if not 0 < n_select <= b:
-        raise ConfigError(f"cannot select {n_select} of a super-batch of {b}")
-    if n_chunks < 1 or n_select % n_chunks:
-        raise ConfigError(
-            f"loss.jest_chunks={n_chunks} must divide the selected batch of {n_select}"
-        )
-    chunk = n_select // n_chunks
+    chunk = _chunk_size(n_select, b, n_chunks)
     emb = (img_BD, txt_BD, ref_img_BE, ref_txt_BE)
     m_B = softmax_marginal_learnability(*emb, scale=scale, ref_scale=ref_scale)
     # Linear weights m − min m for the first chunk, as log weights (log 0 = −inf: never drawn).
@@ -230,9 +235,7 @@ def softmax_joint_select(
                 *emb, selected_B, scale=scale, ref_scale=ref_scale
             )
             logits_B = jnp.where(selected_B, -jnp.inf, logits_B)  # without replacement
-        if key is not None:
-            logits_B = logits_B + jax.random.gumbel(jax.random.fold_in(key, c), (b,))
-        _, new = jax.lax.top_k(logits_B, chunk)
+        new = _draw(logits_B, chunk, key, c)
         chosen.append(new.astype(jnp.int32))
         selected_B = selected_B.at[new].set(True)
     return jnp.concatenate(chosen)
