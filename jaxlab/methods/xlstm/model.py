@@ -14,9 +14,12 @@ bias), a per-channel output gate ``sigmoid(W_o x)`` and the out projection. Gate
 and the recurrent state are float32 when ``cfg.dtype`` is float32 or bfloat16, and float64 when it
 is float64 (``jnp.promote_types(dtype, float32)``; the float64 reference tests run that way).
 
-Packed rows. At the first token of every document (and of the row) the forget gate is closed
-(``log f = -1e30``), which zeroes the carried state exactly, so a document's outputs do not depend
-on what precedes it in the row, nor on where it sits.
+Packed rows. A row starts from the zero state ``(C, n, m) = (0, 0, 0)``, with no reset, as the
+authors' model does. At the first token of every later document in a packed row the forget gate
+is closed (``log f = -1e30``), which zeroes the carried ``C`` and ``n`` exactly, so a document's
+outputs do not depend on what precedes it in the row. Such a document's stabiliser restarts at
+``m = i`` rather than a fresh start's ``max(log f, i)``; the two give the same ``h`` when the
+cell's ``eps`` is 0, and differ where ``eps`` enters (in stabilised units) otherwise.
 
 Block kinds. Every block of the 7B is an :class:`mLSTMBlock`; the blocks a config lists in
 ``slstm_blocks`` are :class:`sLSTMBlock` instead (the model builder picks each block's class).
@@ -385,7 +388,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits."""
         del positions  # the recurrence carries order
         B, T = tokens_BT.shape
-        reset_BT = jnp.zeros((B, T), bool).at[:, 0].set(True)
+        reset_BT = jnp.zeros((B, T), bool)  # a row starts from the zero state (docstring)
         if segment_ids is not None and self.cfg.document_mask:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids[:, 1:] != segment_ids[:, :-1])
         h_BTE, _ = self._run(tokens_BT, reset_BT, None)
@@ -415,10 +418,9 @@ class xLSTM(nnx.Module):  # noqa: N801
         self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
     ) -> tuple[Float[Array, "B T V"], XLSTMCache]:
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
-        B, T = tokens_BT.shape
-        reset_BT = (cache.pos + jnp.arange(T) == 0)[None, :].repeat(B, 0)
-        h_BTE, states = self._run(tokens_BT, reset_BT, cache.states)
-        return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + T)
+        # No reset: a fresh cache holds the zero state a row starts from (module docstring).
+        h_BTE, states = self._run(tokens_BT, jnp.zeros(tokens_BT.shape, bool), cache.states)
+        return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + tokens_BT.shape[1])
 
 
 def stack_blocks(unscanned: xLSTM, scanned: xLSTM) -> None:

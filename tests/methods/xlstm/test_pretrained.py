@@ -218,9 +218,8 @@ def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
 @pytest.mark.parametrize("form", ["recurrent", "chunkwise"])
 def test_loaded_checkpoint_matches_the_float64_reference(x64, tmp_path, form):
     """The loader against the authors' model written independently (jaxlab.testing.xlstm_reference),
-    both reading the same file by the authors' names. The cell's eps is 0 here: at the released
-    1e-6 jaxlab differs by ~1e-7 relative through its row-start reset (test_reference.py)."""
-    config = {**TINY_CONFIG, "eps": 0.0}
+    both reading the same file by the authors' names, at the released eps = 1e-6."""
+    config = TINY_CONFIG
     directory = write_checkpoint(tmp_path, config, TENSORS)
     model = load_pretrained(
         directory, scan_blocks=False, cell_form=form, dtype="float64", param_dtype="float64"
