@@ -26,11 +26,16 @@ pass costs, in matmul FLOPs (a multiply-add is 2):
   and ``dP = dO Vᵀ`` (``2 D_v`` each), ``dQ = dS K`` and ``dK = dSᵀ Q`` (``2 w`` each);
 * forward + backward (what ``jax.grad`` runs): both, ``8 w + 6 D_v + 2 c`` per pair.
 
-The cost ``c`` of one exponential in matmul FLOPs is measured in the same run: ``jnp.exp`` over
-one forward step's logits of the level-0 region against that step's QK product (a batched matmul
-of known FLOPs), interleaved. Everything else (max, subtraction, sums, ``dS = P (dP - delta)``,
-masks) is left out: it is the same for both sides and the model has no term for it, so it pulls
-the measured ratios towards 1 (target (a) says by how much at most).
+The element-wise work per logit is measured in the same run, in matmul FLOPs, at the shape of
+one forward step's logits of the level-0 region, interleaved with that step's QK product (a
+batched matmul of known FLOPs): ``e_fwd``, the forward's ``max``, ``s - m``, ``exp`` and row sum
+(what :func:`~jaxlab.nn.mlr_attention.mlr_attention`'s forward step does between its two
+products), and ``e_bwd``, the backward's ``exp(s - lse)`` and ``dS = P (dP - delta)``. The model
+charges ``e_fwd`` per computed logit to the forward and ``e_fwd + e_bwd`` to forward + backward.
+The same for both kinds, these pull the ratios towards 1. The headline also gives the earlier
+model that charged the exponentials only (``c`` per exponential, ``model_ratio_exp_only``). Not
+modelled: masks of the diagonal blocks, the per-query merges, and any difference in matmul speed
+per FLOP between the narrow QK products and the wide PV ones.
 
 One process, the same ``q, k, v`` for every variant, medians of interleaved rounds
 (:mod:`jaxlab.core.timing`). Each ratio's two sides are timed in rounds of their own (A B A B ...;
@@ -73,6 +78,8 @@ MODEL_TOLERANCE = 0.10  # target (a): measured forward + backward within 10% of 
 
 # Products per computed logit and pass: (QK-width products, value-width products, exponentials).
 PASS_COUNTS = {"forward": (1, 1, 1), "forward_backward": (4, 3, 2)}
+# The element-wise pipelines a pass runs per computed logit (see measure_elementwise_costs).
+PASS_ELEMENTWISE = {"forward": ("forward",), "forward_backward": ("forward", "backward")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,45 +147,80 @@ def computed_pairs(seq_len: int, num_levels: int) -> list[int]:
 
 
 def cost_model(
-    widths: Sequence[int], seq_len: int, v_dim: int, exp_cost: float, pass_: str
+    widths: Sequence[int], seq_len: int, v_dim: int, per_logit: float, pass_: str
 ) -> float:
     """Modelled matmul FLOPs of one (batch row, head) of the blockwise program (module docstring):
-    ``sum_c pairs_c (n_qk 2 w_c + n_v 2 D_v + n_exp exp_cost)`` over the regions of
+    ``sum_c pairs_c (n_qk 2 w_c + n_v 2 D_v + per_logit)`` over the regions of
     :func:`computed_pairs`, ``w_c`` the channels region ``c`` contracts (``widths[c]``), with the
-    pass's counts (:data:`PASS_COUNTS`)."""
-    n_qk, n_v, n_exp = PASS_COUNTS[pass_]
+    pass's product counts (:data:`PASS_COUNTS`) and ``per_logit`` the pass's non-product work
+    per computed logit, in matmul FLOPs."""
+    n_qk, n_v, _ = PASS_COUNTS[pass_]
     pairs = computed_pairs(seq_len, len(widths))
-    per_pair = [n_qk * 2 * w + n_v * 2 * v_dim + n_exp * exp_cost for w in widths]
+    per_pair = [n_qk * 2 * w + n_v * 2 * v_dim + per_logit for w in widths]
     return float(np.dot(pairs, per_pair))
 
 
-def model_ratio(ranks: Sequence[int], seq_len: int, v_dim: int, exp_cost: float, pass_: str):
+def model_ratio(ranks: Sequence[int], seq_len: int, v_dim: int, per_logit: float, pass_: str):
     """Cost model of MLR (region ``c`` contracts ``sum_{l<=c} r_l`` channels) over MHA through
     the same ``L``-level decomposition (every region contracts all ``D = sum(ranks)``)."""
-    mlr = cost_model(np.cumsum(ranks), seq_len, v_dim, exp_cost, pass_)
-    return mlr / cost_model([sum(ranks)] * len(ranks), seq_len, v_dim, exp_cost, pass_)
+    mlr = cost_model(np.cumsum(ranks), seq_len, v_dim, per_logit, pass_)
+    return mlr / cost_model([sum(ranks)] * len(ranks), seq_len, v_dim, per_logit, pass_)
 
 
-def measure_exp_cost(cfg: Config, key) -> dict:
-    """Seconds of one ``exp`` over seconds of one matmul FLOP, at the shapes of one forward step
-    of the level-0 region (``rows`` queries against its ``T / 2`` keys, every head): ``jnp.exp``
-    over that step's logits, and its QK product (``2 rows (T/2) D`` FLOPs per head)."""
+def per_logit_costs(costs: dict, pass_: str) -> dict:
+    """A pass's non-product work per logit in matmul FLOPs: ``"elementwise"`` (the measured
+    pipelines, :data:`PASS_ELEMENTWISE`) and ``"exp_only"`` (its exponentials at ``c`` each)."""
+    return {
+        "elementwise": sum(costs[f"{p}_matmul_flops"] for p in PASS_ELEMENTWISE[pass_]),
+        "exp_only": PASS_COUNTS[pass_][2] * costs["exp_cost_matmul_flops"],
+    }
+
+
+def _forward_elementwise(s):
+    """The forward step's work between its products (``_region_forward``): row max, ``s - m``,
+    ``exp``, row sum; ``p`` is returned, as the PV product reads it from memory."""
+    m = s.max(-1, keepdims=True)
+    p = jnp.exp(s - m)
+    return p, p.sum(-1)
+
+
+def _backward_elementwise(s, lse, dp, delta):
+    """The backward step's work between its products (``_region_backward``): ``p = exp(s - lse)``
+    and ``dS = p (dP - delta)``; both feed products."""
+    p = jnp.exp(s - lse)
+    return p, p * (dp - delta)
+
+
+def measure_elementwise_costs(cfg: Config, key) -> dict:
+    """Seconds per logit of ``jnp.exp``, the forward's and the backward's element-wise pipelines,
+    each over seconds of one matmul FLOP, at the shapes of one forward step of the level-0 region
+    (``rows`` queries against its ``T / 2`` keys, every head), timed interleaved with that step's
+    QK product (``2 rows (T/2) D`` FLOPs per head)."""
     H, D, K = cfg.heads, sum(cfg.ranks), cfg.seq_len // 2
     rows = max(1, min(K, cfg.tile // K))
-    kq, kk, ks = jax.random.split(key, 3)
+    kq, kk, ks, kd = jax.random.split(key, 4)
     q = jax.random.normal(kq, (cfg.batch * H, rows, D))
     k = jax.random.normal(kk, (cfg.batch * H, K, D))
     s = jax.random.normal(ks, (cfg.batch * H, rows, K))
+    dp = jax.random.normal(kd, s.shape)
+    lse, delta = jnp.ones(s.shape[:-1] + (1,)), jnp.full(s.shape[:-1] + (1,), 0.5)
     exp, qk = jax.jit(jnp.exp), jax.jit(lambda q, k: jnp.einsum("hqd,hkd->hqk", q, k))
-    calls = max(1, 2**22 // s.size)  # a few million exponentials per sample
+    fwd, bwd = jax.jit(_forward_elementwise), jax.jit(_backward_elementwise)
+    calls = max(1, 2**22 // s.size)  # a few million logits per sample
     got = time_interleaved(
-        {"exp": lambda: exp(s), "qk": lambda: qk(q, k)}, repeats=cfg.exp_repeats, calls=calls
-    )
-    per_exp = got["exp"].median / s.size
+        {"exp": lambda: exp(s), "forward": lambda: fwd(s),
+         "backward": lambda: bwd(s, lse, dp, delta), "qk": lambda: qk(q, k)},
+        repeats=cfg.exp_repeats, calls=calls,
+    )  # fmt: skip
     per_flop = got["qk"].median / (2 * s.size * D)
+    per_logit = {name: got[name].median / s.size for name in ("exp", "forward", "backward")}
     return {
-        "exp_cost_matmul_flops": per_exp / per_flop,
-        "exp_ns": 1e9 * per_exp,
+        "exp_cost_matmul_flops": per_logit["exp"] / per_flop,
+        "forward_matmul_flops": per_logit["forward"] / per_flop,
+        "backward_matmul_flops": per_logit["backward"] / per_flop,
+        "exp_ns": 1e9 * per_logit["exp"],
+        "forward_elementwise_ns": 1e9 * per_logit["forward"],
+        "backward_elementwise_ns": 1e9 * per_logit["backward"],
         "matmul_gflops_per_s": 1e-9 / per_flop,
         "step_shape_BH_rows_keys_D": [cfg.batch * H, rows, K, D],
     }
@@ -251,8 +293,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         grad = jax.jit(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v) * v), argnums=(0, 1, 2)))
         fns[f"{name}_forward"] = lambda fwd=fwd: fwd(q, k, v)
         fns[f"{name}_forward_backward"] = lambda grad=grad: grad(q, k, v)
-    exp = measure_exp_cost(cfg, keys[3])
-    c = exp["exp_cost_matmul_flops"]
+    costs = measure_elementwise_costs(cfg, keys[3])
     # (numerator, denominator) of every reported ratio, each pair timed in its own rounds
     low_base = "mha_blockwise" if len(cfg.low_ranks) == len(cfg.ranks) else "mha_blockwise_low"
     pairs = {
@@ -269,8 +310,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     def side(ranks, label):
         out = {"ranks": list(ranks), "qk_flop_ratio": mlr_qk_flop_ratio(ranks)}
         for pass_ in PASS_COUNTS:
-            out[pass_] = {"measured_ratio": ratios[label, pass_],
-                          "model_ratio": model_ratio(ranks, cfg.seq_len, D, c, pass_)}  # fmt: skip
+            per_logit = per_logit_costs(costs, pass_)
+            out[pass_] = {
+                "measured_ratio": ratios[label, pass_],
+                "model_ratio": model_ratio(ranks, cfg.seq_len, D, per_logit["elementwise"], pass_),
+                "model_ratio_exp_only": model_ratio(
+                    ranks, cfg.seq_len, D, per_logit["exp_only"], pass_
+                ),
+            }
         return out
 
     main, low = side(cfg.ranks, "mha_blockwise"), side(cfg.low_ranks, "low_rank")
@@ -278,7 +325,11 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     headline = {
         "seq_len": cfg.seq_len,
         "head_dim": D,
-        "exp_cost_matmul_flops": c,
+        "elementwise_matmul_flops_per_logit": {
+            "exp": costs["exp_cost_matmul_flops"],
+            "forward": costs["forward_matmul_flops"],
+            "backward": costs["backward_matmul_flops"],
+        },
         **main,
         "low_rank": low,
         "target_model_within_10pct": bool(
@@ -293,29 +344,32 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         },
     }
     # metric names carry "time": measured, so a re-run on the same workdir may differ in them
-    row = {"time_exp_cost_matmul_flops": c}
+    row = {"time_exp_cost_matmul_flops": costs["exp_cost_matmul_flops"]}
     for label, got in (("", main), ("low_rank_", low)):
         for pass_ in PASS_COUNTS:
-            for kind in ("measured", "model"):
-                row[f"time_ratio_{label}{pass_}_{kind}"] = got[pass_][f"{kind}_ratio"]
+            for kind in ("measured_ratio", "model_ratio", "model_ratio_exp_only"):
+                row[f"time_{label}{pass_}_{kind}"] = got[pass_][kind]
     with MetricWriter(workdir, tensorboard=False) as writer:
         writer.write(0, row)
     print(_report(cfg, headline))
-    return {"headline": headline, "exp_microbenchmark": exp, "times_ms": times_ms,
+    return {"headline": headline, "elementwise_microbenchmark": costs, "times_ms": times_ms,
             "round_ratios": spread}  # fmt: skip
 
 
 def _report(cfg: Config, headline: dict) -> str:
     ok = lambda flag: "met" if flag else "NOT met"  # noqa: E731
     fmt = lambda ranks: "|".join(map(str, ranks))  # noqa: E731
-    lines = [f"mlr_attention_bench T={cfg.seq_len}, head dim {headline['head_dim']}; one exp "
-             f"costs {headline['exp_cost_matmul_flops']:.1f} matmul FLOPs"]  # fmt: skip
+    e = headline["elementwise_matmul_flops_per_logit"]
+    lines = [f"mlr_attention_bench T={cfg.seq_len}, head dim {headline['head_dim']}; per logit, "
+             f"in matmul FLOPs: exp {e['exp']:.1f}, forward element-wise {e['forward']:.1f}, "
+             f"backward element-wise {e['backward']:.1f}"]  # fmt: skip
     for got in (headline, headline["low_rank"]):
         lines.append(f"  ranks {fmt(got['ranks'])} (QK work {got['qk_flop_ratio']:.3f}), MLR / MHA "
-                     "through the same decomposition, measured (model):")  # fmt: skip
+                     "through the same decomposition, measured (model; exp-only):")  # fmt: skip
         for pass_ in PASS_COUNTS:
             r = got[pass_]
-            lines.append(f"    {pass_}: {r['measured_ratio']:.3f} ({r['model_ratio']:.3f})")
+            lines.append(f"    {pass_}: {r['measured_ratio']:.3f} ({r['model_ratio']:.3f}; "
+                         f"{r['model_ratio_exp_only']:.3f})")  # fmt: skip
     lines.append(f"  target (a) forward+backward within 10% of the model: "
                  f"{ok(headline['target_model_within_10pct'])}")  # fmt: skip
     lines.append(f"  target (b) low ranks forward+backward <= {LOW_TARGET}: "
