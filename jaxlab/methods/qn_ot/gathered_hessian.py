@@ -29,7 +29,13 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP, quantile_sample, top_threshold
 
-__all__ = ["GatheredHessian", "compact", "default_capacity", "sparsify_gathered"]
+__all__ = [
+    "GatheredHessian",
+    "compact",
+    "default_capacity",
+    "gathered_above",
+    "sparsify_gathered",
+]
 
 
 class GatheredHessian(NamedTuple):
@@ -139,10 +145,24 @@ def sparsify_gathered(
         does), which saves two passes over ``T``.
       sample_cap: above this many entries the quantile comes from a fixed random sample.
     """
+    flat = T[:, :-1].reshape(-1)
+    threshold = top_threshold(quantile_sample(flat, sample_cap), density)
+    return gathered_above(T, epsilon, threshold, capacity, sums=sums)
+
+
+def gathered_above(
+    T: Float[Array, "n m"],
+    epsilon,
+    threshold,
+    capacity: int,
+    *,
+    sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
+) -> GatheredHessian:
+    """``H_Ω`` as triplets keeping the entries of ``T̃`` that are ``≥ threshold`` (and row/column
+    0): the assembly half of :func:`sparsify_gathered` (mask, :func:`compact`, gather)."""
     T_t = T[:, :-1]
     n, m1 = T_t.shape
     flat = T_t.reshape(-1)
-    threshold = top_threshold(quantile_sample(flat, sample_cap), density)
     top = T_t >= threshold
     kept = jnp.sum(top, dtype=jnp.int32)
     # Row 0 and column 0 are always kept (Section 3.1; the authors' `preserve` option).
