@@ -30,7 +30,7 @@ from jaxlab.core.timing import time_interleaved
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
 from jaxlab.methods.qn_ot.gathered_hessian import default_capacity, gathered_above
-from jaxlab.methods.qn_ot.runners import _regot
+from jaxlab.methods.qn_ot.runners import import_regot
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, top_threshold
 from jaxlab.ot.dual import dual_value_grad
 from jaxlab.ot.line_search import more_thuente
@@ -48,7 +48,7 @@ def regot_phases(problem: OTProblem, eta: float, tol: float, max_iter: int) -> d
     The C++ code writes to the process's standard output (not Python's ``sys.stdout``), so file
     descriptor 1 is redirected to a temporary file for the call.
     """
-    regot = _regot()
+    regot = import_regot()
     cost = np.asfortranarray(problem.cost)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         saved = os.dup(1)
@@ -127,7 +127,7 @@ def splr_anatomy(
     the time of a trivial jitted call (``dispatch``: the per-call overhead included in every phase),
     the iteration counts, and the ratio of the whole-solve times (SPLR / regot).
     """
-    regot = _regot()
+    regot = import_regot()
     full = compile_solve(
         problem.a, problem.b, problem.cost, epsilon=eta, tol=tol, max_iter=max_iter
     )
