@@ -11,7 +11,9 @@ modified function ``ψ(t) = φ(t) - φ(0) - c₁ t φ'(0)`` until a point with `
 seen (their "stage 1"). Written here from the paper. A non-finite ``φ(t)`` (``exp`` overflow for a
 huge trial step) halves the step towards ``stx``. The search returns the values at the accepted
 step, and falls back to the best point seen (``stx``) if it runs out of evaluations without a
-sufficient decrease, so the objective never increases beyond rounding (near the optimum, where
+sufficient decrease (its ``aux`` is then evaluated again: the loop carries only the last
+trial's ``aux``, since selecting a plan-sized array per trial costs more), so the objective never
+increases beyond rounding (near the optimum, where
 the change of ``φ`` is below its rounding error, values within ten ulps of ``φ(0)`` are replaced by
 the trapezoid estimate from the derivatives, in the spirit of Hager & Zhang's approximate Wolfe).
 """
@@ -122,7 +124,6 @@ class _State(NamedTuple):
     wolfe: Any
     best_f: Any
     best_g: Any
-    best_aux: Any
 
 
 def more_thuente(
@@ -179,7 +180,6 @@ def more_thuente(
         wolfe=jnp.array(False),
         best_f=f0,
         best_g=g0,
-        best_aux=aux0,
     )
 
     def cond(st):
@@ -256,7 +256,6 @@ def more_thuente(
             wolfe,
             jnp.where(moved, f_true, st.best_f),
             jnp.where(moved, g, st.best_g),
-            _tree_where(moved, aux, st.best_aux),
         )
         # A non-finite value: shrink towards stx and cap the step there.
         shrunk = st._replace(
@@ -265,19 +264,28 @@ def more_thuente(
             n_evals=st.n_evals + 1,
             stmax=jnp.minimum(st.stmax, stp),
         )
-        return _tree_where(finite, new, shrunk)
+        # ``aux`` (the plan: the one large array here) is never selected: after a non-finite
+        # value the search is not done, so the aux of that trial is never returned.
+        merged = _tree_where(finite, new._replace(aux=None), shrunk._replace(aux=None))
+        return merged._replace(aux=aux)
 
     st = lax.while_loop(cond, body, init)
     # When done, st.stp is the step of the last evaluation; otherwise fall back to stx.
     use_last = st.done & jnp.isfinite(st.f) & ((st.f <= f0 + st.stp * gtest) | st.wolfe)
     use_last &= st.f <= f0 + fuzz
     step = jnp.where(use_last, st.stp, st.stx)
+
+    def best_aux():
+        # Fallback to stx: its aux is not kept in the loop (a select of the plan per trial costs
+        # more than this rare re-evaluation); at stx = 0 it is the caller's aux0.
+        return lax.cond(st.stx == 0, lambda: aux0, lambda: fun(x + st.stx * d)[2])
+
     return LineSearchResult(
         step=step,
         value=jnp.where(use_last, st.f, st.best_f),
         grad=jnp.where(use_last, st.g, st.best_g),
-        aux=_tree_where(use_last, st.aux, st.best_aux),
-        n_evals=st.n_evals,
+        aux=lax.cond(use_last, lambda: st.aux, best_aux),
+        n_evals=st.n_evals + jnp.where(~use_last & (st.stx != 0), 1, 0),
         wolfe=st.wolfe & use_last,
     )
 

@@ -12,6 +12,7 @@ checks concrete inputs (:func:`check_inputs`, :func:`check_positive`) so that a 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import jax
@@ -52,9 +53,10 @@ def unpack_cost(cost: Any, epsilon: Any) -> tuple[Any, Any]:
     Raises:
       ConfigError: ``cost`` is a matrix and ``epsilon`` is None.
     """
-    from ott.geometry.geometry import Geometry
-
-    if isinstance(cost, Geometry):
+    # A Geometry exists only once its module is loaded: importing ott-jax here for a plain matrix
+    # would add seconds to the first solve of a process.
+    geometry = sys.modules.get("ott.geometry.geometry")
+    if geometry is not None and isinstance(cost, geometry.Geometry):
         return cost.cost_matrix, cost.epsilon if epsilon is None else epsilon
     if epsilon is None:
         raise ConfigError("epsilon is required when cost is a matrix (pass epsilon=...)")

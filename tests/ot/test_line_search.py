@@ -48,3 +48,20 @@ def test_dual_objective_never_increases(x64, seed):
         x = x + ls.step * d
         f0, g0, T0 = fun(x)
         np.testing.assert_allclose(f0, ls.value, rtol=1e-12)
+
+
+@pytest.mark.parametrize("max_evals", [1, 2, 30])
+def test_returned_aux_belongs_to_the_returned_step(x64, max_evals):
+    """The aux (here the trial point itself) is that of the returned step, also when the budget
+    runs out and the search falls back to the best step seen (the aux is then evaluated again)."""
+
+    def fun(z):
+        return 0.5 * z @ z, z, z
+
+    x, d = jnp.array([-1.0, 2.0]), jnp.array([1.0, -2.0])
+    f0, g0, aux0 = fun(x)
+    search = jax.jit(lambda s0: more_thuente(fun, x, d, f0, g0, aux0, s0, max_evals=max_evals))
+    for step0 in [1e-3, 1e-2, 3.0]:
+        ls = search(step0)
+        np.testing.assert_allclose(ls.aux, x + ls.step * d, rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(ls.value, fun(x + ls.step * d)[0], rtol=1e-12)

@@ -12,6 +12,12 @@ its precision) and returning float64 arrays. Under ``jax.jit`` the mode cannot c
 trace: the caller's precision is used, and with x64 off a ``tol`` below :data:`FLOAT32_MIN_TOL`
 raises a ConfigError naming the fix. Traced calls also skip the input checks and report
 ``seconds = nan``.
+
+Compilation: a concrete call compiles the solver ahead of time once per (method, settings,
+shapes) and process, and turns on JAX's persistent compilation cache as ``experiments/run.py``
+does (:mod:`jaxlab.core.compile_cache`: the user's cache directory; ``JAXLAB_COMPILATION_CACHE``
+names another directory or ``off``; a cache directory configured in JAX itself is left alone), so
+the first solve of a later process loads the program from disk instead of compiling it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from jaxlab.core.compile_cache import enable_compilation_cache
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.timing import time_call
 from jaxlab.methods.qn_ot.splr import splr
@@ -198,6 +205,19 @@ def compile_solve(
     return _compile(method, max_iter, tol, options, a, b, cost, epsilon, init)
 
 
+def _use_persistent_cache() -> None:
+    """Turns JAX's persistent compilation cache on as ``experiments/run.py`` does, unless the
+    user configured JAX's own cache or set ``JAXLAB_COMPILATION_CACHE=off``.
+
+    Compiling SPLR takes seconds and its program depends only on the method, settings and shapes,
+    so a later process (a re-run script, a notebook restarted) loads it from disk instead. JAX
+    decides once per process whether the cache is used, at its first compilation: when the caller
+    compiled something before the first ``solve``, the cache stays off for that process.
+    """
+    if jax.config.jax_compilation_cache_dir is None:
+        enable_compilation_cache()
+
+
 def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> CompiledSolve:
     check_inputs(a, b, cost, epsilon, init)
     opts = tuple(sorted(options.items()))
@@ -207,6 +227,7 @@ def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> Compi
             init = tuple(jnp.asarray(p, jnp.float64) for p in init)
         key = (method, tol, max_iter, opts, init is None) + tuple((x.shape, x.dtype) for x in args)
         if key not in _CACHE:
+            _use_persistent_cache()
 
             def run(cost, a, b, epsilon, init):
                 return _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)

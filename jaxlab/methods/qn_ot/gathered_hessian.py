@@ -4,8 +4,9 @@ Wang & Qiu (ICML 2025), Section 3.1 keeps about ``ρ n (m-1)`` entries of the of
 ``T̃ / η`` (``ρ ≤ ρ_max = 0.01`` by default), so a conjugate-gradient step on the Schur complement
 (Section 3.3) should cost ``O(|Ω|)``, not ``O(nm)`` as with the masked dense block of
 :class:`jaxlab.methods.qn_ot.sparse_hessian.SparseHessian`. Here ``Ω`` is stored as ``capacity``
-(static) triplets ``(row, col, value)`` in row-major order; unused slots carry value 0 and
-the last index, so they add nothing to a product. The products are a gather and a ``segment_sum``.
+(static) triplets ``(row, col, value)`` in row-major order; unused slots at the end carry value 0
+(at indices cycling through all rows and columns), so they add nothing to a product. The products
+are a gather and a ``segment_sum``.
 
 Construction (once per SPLR iteration): the threshold of :func:`sparse_hessian.sparsify` (the
 ``⌊ρ n(m-1)⌋``-th largest entry of ``T̃``), the mask ``T̃ ≥ threshold`` plus row and column 0,
@@ -29,7 +30,13 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP, quantile_sample, top_threshold
 
-__all__ = ["GatheredHessian", "compact", "default_capacity", "sparsify_gathered"]
+__all__ = [
+    "GatheredHessian",
+    "compact",
+    "default_capacity",
+    "gathered_above",
+    "sparsify_gathered",
+]
 
 
 class GatheredHessian(NamedTuple):
@@ -38,7 +45,8 @@ class GatheredHessian(NamedTuple):
     Attributes:
       h1: ``T 1 / η`` (n), the exact first diagonal block.
       h2: ``T̃ᵀ 1 / η`` (m-1), the exact second diagonal block.
-      rows, cols: indices of the stored entries of ``S`` (row-major, padding at the end).
+      rows, cols: indices of the stored entries of ``S`` (row-major, then the padding, whose
+        indices cycle through all rows and columns).
       vals: ``T̃_ij / η`` at the stored entries, 0 in the padding.
       kept: how many entries the top-``ρ`` selection kept (before adding row and column 0).
     """
@@ -55,9 +63,8 @@ class GatheredHessian(NamedTuple):
         return self.h1.shape[0] + self.h2.shape[0]
 
     def apply_S(self, v2: Float[Array, " m1"]) -> Float[Array, " n"]:
-        """``S v2``; the rows are sorted, which ``segment_sum`` can use."""
-        n = self.h1.shape[0]
-        return jax.ops.segment_sum(self.vals * v2[self.cols], self.rows, n, indices_are_sorted=True)
+        """``S v2``."""
+        return jax.ops.segment_sum(self.vals * v2[self.cols], self.rows, self.h1.shape[0])
 
     def apply_St(self, v1: Float[Array, " n"]) -> Float[Array, " m1"]:
         """``Sᵀ v1``."""
@@ -139,23 +146,42 @@ def sparsify_gathered(
         does), which saves two passes over ``T``.
       sample_cap: above this many entries the quantile comes from a fixed random sample.
     """
+    flat = T[:, :-1].reshape(-1)
+    threshold = top_threshold(quantile_sample(flat, sample_cap), density)
+    return gathered_above(T, epsilon, threshold, capacity, sums=sums)
+
+
+def gathered_above(
+    T: Float[Array, "n m"],
+    epsilon,
+    threshold,
+    capacity: int,
+    *,
+    sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
+) -> GatheredHessian:
+    """``H_Ω`` as triplets keeping the entries of ``T̃`` that are ``≥ threshold`` (and row/column
+    0): the assembly half of :func:`sparsify_gathered` (mask, :func:`compact`, gather)."""
     T_t = T[:, :-1]
     n, m1 = T_t.shape
     flat = T_t.reshape(-1)
-    threshold = top_threshold(quantile_sample(flat, sample_cap), density)
     top = T_t >= threshold
     kept = jnp.sum(top, dtype=jnp.int32)
     # Row 0 and column 0 are always kept (Section 3.1; the authors' `preserve` option).
     mask = top.at[0, :].set(True).at[:, 0].set(True).reshape(-1)
     idx, used = compact(mask, capacity)
-    idx = jnp.where(used, idx, n * m1 - 1)  # padding in the last row keeps rows sorted
-    vals = jnp.where(used, flat[idx], 0.0) / epsilon
+    vals = jnp.where(used, flat[jnp.where(used, idx, 0)], 0.0) / epsilon
+    # The padding's zeros go to rows and columns spread over all of them: they add nothing
+    # anywhere, whereas thousands of updates of one row or column serialise XLA's CPU scatter
+    # (each product of a CG step was 2x slower with the padding in one row and column).
+    slot = jnp.arange(capacity)
+    rows = jnp.where(used, idx // m1, slot % n)
+    cols = jnp.where(used, idx % m1, slot % m1)
     row_sums, col_sums = (T.sum(axis=1), T_t.sum(axis=0)) if sums is None else sums
     return GatheredHessian(
         h1=row_sums / epsilon,
         h2=col_sums / epsilon,
-        rows=idx // m1,
-        cols=idx % m1,
+        rows=rows,
+        cols=cols,
         vals=vals,
         kept=kept,
     )

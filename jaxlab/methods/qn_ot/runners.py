@@ -30,7 +30,15 @@ from jaxlab.core.timing import time_interleaved
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
 
-__all__ = ["Runner", "jaxlab_runner", "ott_runner", "reference_plan", "regot_runner", "run_case"]
+__all__ = [
+    "Runner",
+    "import_regot",
+    "jaxlab_runner",
+    "ott_runner",
+    "reference_plan",
+    "regot_runner",
+    "run_case",
+]
 
 
 class Runner(NamedTuple):
@@ -89,7 +97,7 @@ def jaxlab_runner(
     return Runner(method, compiled, row)
 
 
-def _regot():
+def import_regot():
     """The authors' C++ package, an optional dependency of the benchmark only."""
     try:
         import regot
@@ -102,7 +110,7 @@ def _regot():
 
 def regot_runner(problem: OTProblem, eta: float, tol: float, max_iter: int, ref=None) -> Runner:
     """The authors' C++ SPLR (``regot.sinkhorn_splr``), a plain Python call."""
-    regot = _regot()
+    regot = import_regot()
     cost = np.asfortranarray(problem.cost)
 
     def call():
@@ -118,7 +126,7 @@ def regot_runner(problem: OTProblem, eta: float, tol: float, max_iter: int, ref=
 
 def reference_plan(problem: OTProblem, eta: float, tol: float = 1e-10) -> tuple[np.ndarray, float]:
     """A long C++ SPLR solve (independent of this package) and its final marginal error."""
-    regot = _regot()
+    regot = import_regot()
 
     res = regot.sinkhorn_splr(
         np.asfortranarray(problem.cost), problem.a, problem.b, eta, tol=tol, max_iter=1000

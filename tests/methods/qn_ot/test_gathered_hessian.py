@@ -41,7 +41,9 @@ def test_gathered_products_equal_the_masked_dense_ones(x64, density):
     gathered = _gathered(T, eps, density, n * (m - 1))
     assert int(gathered.kept) == int(dense.kept)
     np.testing.assert_allclose(gathered.dense_block(), dense.S, rtol=1e-14)
-    assert np.all(np.diff(np.asarray(gathered.rows)) >= 0)  # sorted rows, padding at the end
+    stored = int(np.count_nonzero(dense.S))
+    assert np.all(np.diff(np.asarray(gathered.rows)[:stored]) >= 0)  # row-major, then padding
+    assert not np.any(np.asarray(gathered.vals)[stored:])
     rng = np.random.default_rng(1)
     v = jnp.asarray(rng.normal(size=n + m - 1))
     w = jnp.asarray(rng.random(n))

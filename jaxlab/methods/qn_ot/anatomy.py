@@ -1,0 +1,162 @@
+"""Anatomy of one SPLR iteration: each phase timed on a real mid-run iterate, beside the C++ SPLR.
+
+One iteration of SPLR (Wang & Qiu, ICML 2025, Algorithm 1) is: a dual evaluation (the plan, its
+marginals, the objective; Eqs. 3–4), the top-``ρ`` threshold of ``T̃`` (Section 3.1), the assembly
+of ``H_Ω`` as triplets (mask, compaction, gather), the CG solve with ``H_Ω + τI`` (Section 3.3) and
+the line search, which costs one more dual evaluation per trial. :func:`splr_anatomy` runs SPLR to
+half its iteration count, takes that iterate (``x``, the density of that iteration) and times each
+phase as a separately jitted function on it, all interleaved with the whole solve and with
+``regot.sinkhorn_splr`` on the same problem (:func:`jaxlab.core.timing.time_interleaved`). The C++
+code prints its own phase times with ``verbose=2`` (``lin_solve``, ``line_search``, ``grad``,
+``hess``, in ms); they are read from its standard output and averaged over its iterations. Its
+line search re-evaluates nothing after acceptance except the gradient sums (``grad``), and it
+does not report its evaluation count. The phases are timed alone, so their sum is an estimate of
+an iteration, not a measurement of the fused loop; the whole-solve time per iteration is the
+measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core.timing import time_interleaved
+from jaxlab.data.ot_problems import OTProblem
+from jaxlab.methods.qn_ot.api import compile_solve
+from jaxlab.methods.qn_ot.gathered_hessian import default_capacity, gathered_above
+from jaxlab.methods.qn_ot.runners import import_regot
+from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, top_threshold
+from jaxlab.ot.dual import dual_value_grad
+from jaxlab.ot.line_search import more_thuente
+from jaxlab.ot.linsolve import LinearSolver, solve_shifted
+
+__all__ = ["PHASES", "regot_phases", "splr_anatomy"]
+
+PHASES = ("evaluation", "threshold", "assembly", "cg", "line_search")
+_REGOT_PHASES = ("lin_solve", "line_search", "grad", "hess")
+
+
+def regot_phases(problem: OTProblem, eta: float, tol: float, max_iter: int) -> dict[str, float]:
+    """Mean milliseconds per iteration of each phase the C++ SPLR prints with ``verbose=2``.
+
+    The C++ code writes to the process's standard output (not Python's ``sys.stdout``), so file
+    descriptor 1 is redirected to a temporary file for the call.
+    """
+    regot = import_regot()
+    cost = np.asfortranarray(problem.cost)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        saved = os.dup(1)
+        try:
+            os.dup2(tmp.fileno(), 1)
+            regot.sinkhorn_splr(
+                cost, problem.a, problem.b, eta, tol=tol, max_iter=max_iter, verbose=2
+            )
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode(errors="replace")
+    out = {}
+    for name in _REGOT_PHASES:
+        values = [float(v) for v in re.findall(rf"{name} = ([0-9.eE+-]+)", text)]
+        out[name] = float(np.mean(values)) if values else float("nan")
+    return out
+
+
+def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol: float):
+    """Zero-argument callables, one per phase, each a jitted function on the iterate's arrays."""
+    cost, a, b = (jnp.asarray(v, jnp.float64) for v in (problem.cost, problem.a, problem.b))
+    n = cost.shape[0]
+    density = jnp.asarray(density, jnp.float64)
+
+    evaluate = jax.jit(lambda x: dual_value_grad(x, cost, a, b, eta))
+    threshold = jax.jit(lambda T, rho: top_threshold(quantile_sample(T[:, :-1].reshape(-1)), rho))
+
+    @jax.jit
+    def assemble(T, g, t):
+        sums = (g[:n] + a, g[n:] + b[:-1])
+        return gathered_above(T, eta, t, capacity, sums=sums)
+
+    @jax.jit
+    def cg(H, g):
+        tau = jnp.minimum(jnp.linalg.norm(g), 1e-3)
+        return -solve_shifted(H, tau, g, LinearSolver.SPARSE_CG, cg_tol=cg_tol)
+
+    @jax.jit
+    def line_search(x, d, f, g, T):
+        ls = more_thuente(lambda z: dual_value_grad(z, cost, a, b, eta), x, d, f, g, T, 1.0)
+        return ls.step, ls.n_evals
+
+    f, g, T = evaluate(x)
+    t = threshold(T, density)
+    H = assemble(T, g, t)
+    d = cg(H, g)
+    dispatch = jax.jit(lambda x: x + 1.0)
+    calls = {
+        "dispatch": lambda: dispatch(x),
+        "evaluation": lambda: evaluate(x),
+        "threshold": lambda: threshold(T, density),
+        "assembly": lambda: assemble(T, g, t),
+        "cg": lambda: cg(H, g),
+        "line_search": lambda: line_search(x, d, f, g, T),
+    }
+    return calls, int(line_search(x, d, f, g, T)[1])
+
+
+def splr_anatomy(
+    problem: OTProblem,
+    eta: float,
+    *,
+    tol: float = 1e-8,
+    max_iter: int = 1000,
+    repeats: int = 5,
+    density_max: float = 0.01,
+    cg_tol: float = 1e-8,
+) -> dict[str, Any]:
+    """Times each phase of one SPLR iteration on its mid-run iterate, beside the C++ SPLR.
+
+    Returns milliseconds: each phase (``PHASES``), their sum, the whole solve per iteration for
+    SPLR and regot (timed interleaved with the phases), regot's own phases (``regot_<phase>``),
+    the line-search evaluations of the timed iterate and the mean per iteration over the solve,
+    the time of a trivial jitted call (``dispatch``: the per-call overhead included in every phase),
+    the iteration counts, and the ratio of the whole-solve times (SPLR / regot).
+    """
+    regot = import_regot()
+    full = compile_solve(
+        problem.a, problem.b, problem.cost, epsilon=eta, tol=tol, max_iter=max_iter
+    )
+    raw = full()
+    k = int(raw.n_iter)
+    mid = compile_solve(
+        problem.a, problem.b, problem.cost, epsilon=eta, tol=tol, max_iter=max(k // 2, 1)
+    )
+    x = mid().x
+    density = float(np.asarray(raw.densities)[max(k // 2, 1)])
+    n, m = problem.cost.shape
+    capacity = default_capacity(n, m, density_max)
+    calls, evals_here = _phase_fns(problem, eta, x, density, capacity, cg_tol)
+    cost = np.asfortranarray(problem.cost)
+
+    def cpp():
+        return regot.sinkhorn_splr(cost, problem.a, problem.b, eta, tol=tol, max_iter=max_iter)
+
+    timings = time_interleaved({**calls, "splr": full, "regot": cpp}, repeats=repeats)
+    cpp_iters = int(cpp().niter)
+    row: dict[str, Any] = {name: 1e3 * timings[name].median for name in (*PHASES, "dispatch")}
+    row["phases_sum"] = sum(row[name] for name in PHASES)
+    row["splr_per_iter"] = 1e3 * timings["splr"].median / max(k, 1)
+    row["regot_per_iter"] = 1e3 * timings["regot"].median / max(cpp_iters, 1)
+    for name, ms in regot_phases(problem, eta, tol, max_iter).items():
+        row[f"regot_{name}"] = ms
+    row["ls_evals_here"] = evals_here
+    row["ls_evals_per_iter"] = (int(raw.n_evals) - 1) / max(k, 1)
+    row["density"] = density
+    row["splr_iters"], row["regot_iters"] = k, cpp_iters
+    row["splr_over_regot_seconds"] = timings["splr"].median / timings["regot"].median
+    return row
