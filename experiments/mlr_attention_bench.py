@@ -37,6 +37,12 @@ model that charged the exponentials only (``c`` per exponential, ``model_ratio_e
 modelled: masks of the diagonal blocks, the per-query merges, and any difference in matmul speed
 per FLOP between the narrow QK products and the wide PV ones.
 
+*A measured breakdown.* ``model_ratio_timed_products`` replaces FLOPs by the measured time of each
+product at the shape a step runs it (the level-0 step's rows and keys, every width the ranks
+give): the logits ``S = Q Kᵀ``, ``dQ = dS K`` and ``dK = dSᵀ Q`` at width ``w``, and ``PV``,
+``dV = Pᵀ dO``, ``dP = dO Vᵀ`` at ``D_v``, plus the element-wise pipelines. Where it is near the
+measured ratio and the FLOP model is not, the gap is the narrow products' lower speed per FLOP.
+
 One process, the same ``q, k, v`` for every variant, medians of interleaved rounds
 (:mod:`jaxlab.core.timing`). Each ratio's two sides are timed in rounds of their own (A B A B ...;
 the quartiles of the per-round ratios go to ``round_ratios`` in the summary, a measure of how much
@@ -51,6 +57,7 @@ kernel against Pallas flash attention. Times measured while other jobs share the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 from collections.abc import Sequence
 
@@ -282,6 +289,65 @@ def _time_pairs(cfg: Config, fns: dict, pairs: dict) -> tuple[dict, dict, dict]:
     return ratios, times_ms, spread
 
 
+# The per-pair products of a pass (module docstring): width-w products, value-width products.
+PASS_PRODUCTS = {
+    "forward": (("qk",), ("pv",)),
+    "forward_backward": (("qk", "qk", "dq", "dk"), ("pv", "dv", "dp")),
+}
+
+
+# Each product's einsum at a step (keys-first layout in the backward, as mlr_attention's):
+# h heads, q query rows, k keys, w the contracted QK width, d the value width.
+PRODUCT_SPECS = {
+    "qk": "hqw,hkw->hqk",
+    "pv": "hqk,hkd->hqd",
+    "dv": "hkq,hqd->hkd",
+    "dp": "hkd,hqd->hkq",
+    "dq": "hkq,hkw->hqw",
+    "dk": "hkq,hqw->hkw",
+}
+
+
+def measure_product_times(cfg: Config, key, widths: Sequence[int]) -> dict:
+    """Seconds per computed logit of each product of :data:`PRODUCT_SPECS`, keyed
+    ``"{product}_{width}"``, at the level-0 step's shape (``rows`` queries, ``T / 2`` keys, every
+    head): the width-``w`` products at each of ``widths``, the value-width ones at ``D_v`` (the
+    head dim here). Interleaved rounds, one process."""
+    H, D, K = cfg.batch * cfg.heads, sum(cfg.ranks), cfg.seq_len // 2
+    rows = max(1, min(K, cfg.tile // K))
+    fns, logits = {}, H * rows * K
+    for name, spec in PRODUCT_SPECS.items():
+        for w in widths if "w" in spec else [D]:
+            dims = {"h": H, "q": rows, "k": K, "d": D, "w": w}
+            key, ka, kb = jax.random.split(key, 3)
+            sa, sb = (tuple(dims[c] for c in op) for op in spec.split("->")[0].split(","))
+            a, b = jax.random.normal(ka, sa), jax.random.normal(kb, sb)
+            f = jax.jit(functools.partial(jnp.einsum, spec))
+            fns[f"{name}_{w}"] = lambda f=f, a=a, b=b: f(a, b)
+    got = time_interleaved(fns, repeats=cfg.exp_repeats, calls=max(1, 2**22 // logits))
+    return {name: got[name].median / logits for name in fns}
+
+
+def timed_products_ratio(
+    ranks: Sequence[int], seq_len: int, times: dict, elementwise_s: float, pass_: str
+) -> float:
+    """MLR over MHA through the same decomposition, each computed logit charged the measured
+    time of its pass's products (:data:`PASS_PRODUCTS`, at its region's width) plus the pass's
+    element-wise pipelines (``elementwise_s`` seconds per logit)."""
+    narrow, wide = PASS_PRODUCTS[pass_]
+
+    def total(widths):
+        per_pair = [
+            sum(times[f"{p}_{w}"] for p in narrow)
+            + sum(times[f"{p}_{sum(ranks)}"] for p in wide)
+            + elementwise_s
+            for w in widths
+        ]
+        return float(np.dot(computed_pairs(seq_len, len(widths)), per_pair))
+
+    return total(np.cumsum(ranks)) / total([sum(ranks)] * len(ranks))
+
+
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
     D = sum(cfg.ranks)
     shape = (cfg.batch, cfg.seq_len, cfg.heads, D)
@@ -294,6 +360,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         fns[f"{name}_forward"] = lambda fwd=fwd: fwd(q, k, v)
         fns[f"{name}_forward_backward"] = lambda grad=grad: grad(q, k, v)
     costs = measure_elementwise_costs(cfg, keys[3])
+    widths = sorted({*np.cumsum(cfg.ranks).tolist(), *np.cumsum(cfg.low_ranks).tolist()})
+    product_s = measure_product_times(cfg, jax.random.fold_in(keys[3], 1), widths)
+    elementwise_s = {p: 1e-9 * sum(costs[f"{q}_elementwise_ns"] for q in PASS_ELEMENTWISE[p])
+                     for p in PASS_COUNTS}  # fmt: skip
     # (numerator, denominator) of every reported ratio, each pair timed in its own rounds
     low_base = "mha_blockwise" if len(cfg.low_ranks) == len(cfg.ranks) else "mha_blockwise_low"
     pairs = {
@@ -316,6 +386,9 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 "model_ratio": model_ratio(ranks, cfg.seq_len, D, per_logit["elementwise"], pass_),
                 "model_ratio_exp_only": model_ratio(
                     ranks, cfg.seq_len, D, per_logit["exp_only"], pass_
+                ),
+                "model_ratio_timed_products": timed_products_ratio(
+                    ranks, cfg.seq_len, product_s, elementwise_s[pass_], pass_
                 ),
             }
         return out
@@ -347,12 +420,15 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     row = {"time_exp_cost_matmul_flops": costs["exp_cost_matmul_flops"]}
     for label, got in (("", main), ("low_rank_", low)):
         for pass_ in PASS_COUNTS:
-            for kind in ("measured_ratio", "model_ratio", "model_ratio_exp_only"):
+            for kind in ("measured_ratio", "model_ratio", "model_ratio_exp_only",
+                         "model_ratio_timed_products"):  # fmt: skip
                 row[f"time_{label}{pass_}_{kind}"] = got[pass_][kind]
     with MetricWriter(workdir, tensorboard=False) as writer:
         writer.write(0, row)
     print(_report(cfg, headline))
-    return {"headline": headline, "elementwise_microbenchmark": costs, "times_ms": times_ms,
+    product_ns = {name: 1e9 * t for name, t in product_s.items()}
+    return {"headline": headline, "elementwise_microbenchmark": costs,
+            "product_ns_per_logit": product_ns, "times_ms": times_ms,
             "round_ratios": spread}  # fmt: skip
 
 
@@ -365,11 +441,13 @@ def _report(cfg: Config, headline: dict) -> str:
              f"backward element-wise {e['backward']:.1f}"]  # fmt: skip
     for got in (headline, headline["low_rank"]):
         lines.append(f"  ranks {fmt(got['ranks'])} (QK work {got['qk_flop_ratio']:.3f}), MLR / MHA "
-                     "through the same decomposition, measured (model; exp-only):")  # fmt: skip
+                     "through the same decomposition,")  # fmt: skip
+        lines.append("  measured (model; exp-only model; timed-products model):")
         for pass_ in PASS_COUNTS:
             r = got[pass_]
             lines.append(f"    {pass_}: {r['measured_ratio']:.3f} ({r['model_ratio']:.3f}; "
-                         f"{r['model_ratio_exp_only']:.3f})")  # fmt: skip
+                         f"{r['model_ratio_exp_only']:.3f}; "
+                         f"{r['model_ratio_timed_products']:.3f})")  # fmt: skip
     lines.append(f"  target (a) forward+backward within 10% of the model: "
                  f"{ok(headline['target_model_within_10pct'])}")  # fmt: skip
     lines.append(f"  target (b) low ranks forward+backward <= {LOW_TARGET}: "

@@ -68,3 +68,17 @@ def test_low_ranks_must_cut_the_qk_work_to_a_quarter(exp):
         exp.Config(seq_len=256, ranks=(8, 4, 2, 2), low_ranks=(4, 4, 4, 4))
     with pytest.raises(ConfigError, match="sum to"):
         exp.Config(seq_len=256, ranks=(8, 4, 2, 2), low_ranks=(1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("ranks", [(4, 2, 1, 1), (2, 2, 2, 2, 2, 2, 2, 2)])
+def test_timed_products_equal_the_flop_model_when_time_is_flops(exp, ranks):
+    """With every product timed at its FLOPs (2 per multiply-add), the timed-products ratio is
+    the FLOP model's: each pass charges each of its products once, at the region's width."""
+    T, D = 256, sum(ranks)
+    times = {f"{p}_{w}": 2.0 * w for p in ("qk", "dq", "dk") for w in np.cumsum(ranks)}
+    times |= {f"{p}_{D}": 2.0 * D for p in exp.PRODUCT_SPECS}
+    for pass_ in exp.PASS_COUNTS:
+        np.testing.assert_allclose(
+            exp.timed_products_ratio(ranks, T, times, 5.0, pass_),
+            exp.model_ratio(ranks, T, D, 5.0, pass_),
+        )
