@@ -9,7 +9,8 @@ Neural Language Models", Table 1: a multiply-add is 2 FLOPs, every weight matrix
 Two measured counts sit beside the analytic ones, so that a formula can be checked against the
 program that really runs: :func:`dot_flops` adds up the matrix products of a lowered JAX program
 (every ``dot_general`` in its StableHLO, ``2 * prod(output) * prod(contracted)``, following calls),
-which is what the analytic counts describe, exactly; :func:`compiled_flops` is XLA's own cost
+which is what the analytic counts describe, exactly (a loop's body, e.g. a ``lax.scan``'s, counts
+once, whatever its trip count); :func:`compiled_flops` is XLA's own cost
 analysis of a compiled program, which also counts elementwise work (softmax, norms, activations)
 and, for a train step, the backward pass and the optimizer update.
 """

@@ -42,10 +42,15 @@ MODELS = {  # name: (model class, tiny config)
     "xlstm": (xLSTM, xLSTMConfig(seq_len=T, num_layers=2, d_model=32, num_heads=4, chunk_size=4)),
 }  # fmt: skip
 POSITIONS = ("learned", "alibi")
-# Relative tolerance of flops_per_token() against the lowered forward's matrix products (exact
-# unless listed): the xLSTM's count takes the chunkwise form's gates and state read/write per token
-# (xLSTMConfig.matrix_flops / mixing_flops), which the program computes in fewer products.
-FLOP_REL = {"xlstm": 0.02}
+# flops_per_token() must equal the lowered forward's matrix products (jaxlab.core.flops.dot_flops),
+# which count a loop's body once: the xLSTM's chunkwise form loops over chunks, so its check runs
+# with one chunk of the whole row.
+FLOP_OVERRIDES = {"xlstm": dict(chunk_size=T)}
+# Structured kinds for the FLOP count (linear.LinearSpec.flops)
+STRUCTURED_FLOPS = {
+    "low_rank": dict(linear="low_rank", linear_rank=4),
+    "btt": dict(linear="btt", linear_btt_rank=2),
+}
 TRAIN = TrainConfig(
     steps=2,
     batch_size=8,
@@ -105,13 +110,17 @@ def test_parameter_count_from_eval_shape_equals_the_built_model(name):
     )
 
 
+@pytest.mark.parametrize("kind", [None, *STRUCTURED_FLOPS])
 @pytest.mark.parametrize("name", MODELS)
-def test_flops_per_token_counts_the_matrix_products_of_the_forward(name):
+def test_flops_per_token_counts_the_matrix_products_of_the_forward(name, kind):
+    """Dense, and with each structured linear kind whose forward is its factors' products (the
+    count follows the shapes the factory builds)."""
     cls, cfg = MODELS[name]
+    cfg = dataclasses.replace(cfg, **STRUCTURED_FLOPS.get(kind, {}), **FLOP_OVERRIDES.get(name, {}))
     graphdef, state = nnx.split(cls(cfg, rngs=nnx.Rngs(0)))
     lowered = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t)).lower(state, jnp.zeros((1, T), int))
     counted = cfg.flops_per_token().forward * T
-    assert counted == pytest.approx(dot_flops(lowered), rel=FLOP_REL.get(name, 0.0))
+    assert counted == dot_flops(lowered)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -156,22 +156,27 @@ class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     def matrix_flops(self) -> tuple[float, float, float]:
         """Projections ``2 E (2 qk + 2 v)`` for q, k, v and the output gate, ``2 v E`` for the
         out projection and ``4 E NH`` for the two scalar gates; SwiGLU's three maps ``6 E d_ff``;
-        the unembedding ``2 E V``."""
-        E, qk, v = self.d_model, self.qk_dim, self.v_dim
-        proj = 2 * E * (2 * qk + 2 * v) + 2 * v * E + 4 * E * self.num_heads
-        return proj, 6 * E * self.ff_dim, 2 * E * self.vocab_size
+        the unembedding ``2 E V``. Each map the linear factory builds (all but the scalar gates
+        and the unembedding) is counted as built (:meth:`jaxlab.nn.linear.LinearSpec.flops`: a
+        structured map costs what its shapes cost; the dense counts above otherwise)."""
+        E, qk, v, ff = self.d_model, self.qk_dim, self.v_dim, self.ff_dim
+        f = self.linear_factory().flops
+        proj = 2 * f(E, qk) + 2 * f(E, v) + f(v, E) + 4 * E * self.num_heads
+        return proj, 2 * f(E, ff) + f(ff, E), 2 * E * self.vocab_size
 
     def mixing_flops(self, seq_len: int, *, causal: bool) -> float:
         """The cell: inside a chunk every query meets the chunk's L keys, ``2 L qk`` for the logits
         and ``2 L v`` for the value sum (the full chunk, as Kaplan et al. count the full context,
         and as the chunkwise form computes it, so ``causal`` changes nothing); across chunks the
-        state is read, ``2 NH Dk Dv``, and written, ``2 NH Dk Dv``. ``seq_len`` caps the chunk
-        length (a shorter sequence is one chunk): the cost does not grow with the context, which
-        is the linear-in-S prefill."""
+        state is read, ``2 NH Dk Dv``, and written, ``2 NH Dk Dv``, and so is the normaliser,
+        ``2 NH Dk`` each, whose write first scales the keys by their gates (``2 NH Dk``).
+        ``seq_len`` caps the chunk length (a shorter sequence is one chunk): the cost does not
+        grow with the context, which is the linear-in-S prefill."""
         del causal
         L = min(self.chunk_size, seq_len)
         state = self.num_heads * self.qk_head_dim * self.v_head_dim
-        return 2 * L * (self.qk_dim + self.v_dim) + 4 * state
+        normaliser = self.num_heads * self.qk_head_dim
+        return 2 * L * (self.qk_dim + self.v_dim) + 4 * state + 6 * normaliser
 
     @classmethod
     def xlstm_7b(cls, **overrides) -> xLSTMConfig:
