@@ -260,3 +260,48 @@ def test_each_pair_is_scored_against_its_own_reference_rows(objective, data, ref
         float(metrics["gate_off_noisy"]), (off & noisy).sum() / max(off.sum(), 1)
     )
     assert 0 < off.mean() < 1 and (off & noisy).sum() > 0
+
+
+def _np_clip_pair_gradient_norms(img, txt, tau):
+    """Per-pair tangential gradient norms of CLIP's InfoNCE, float64 numpy, from the formula:
+    L = (1/2B) Σ_i [lse_j S_ij − S_ii + lse_j S_ji − S_ii], S = img·txtᵀ/τ, so
+    ∂L/∂S = (P − I + Q − I)/(2B) with P the row softmax and Q the column softmax of S."""
+    img, txt = np.float64(img), np.float64(txt)
+    b = len(img)
+    s = img @ txt.T / tau
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    q = np.exp(s - s.max(0, keepdims=True))
+    q /= q.sum(0, keepdims=True)
+    g = (p + q - 2 * np.eye(b)) / (2 * b)
+    g_img, g_txt = g @ txt / tau, g.T @ img / tau
+
+    def tangent(e, v):
+        return np.linalg.norm(v - np.sum(v * e, 1, keepdims=True) * e, axis=1)
+
+    return tangent(img, g_img) + tangent(txt, g_txt)
+
+
+# iterator seeds whose batch (JEST: whose kept pairs) holds both noisy and clean pairs
+@pytest.mark.parametrize("objective, seed", [("clip", 0), ("jest", 1)])
+def test_noise_statistics_against_numpy(objective, seed, data, reference):
+    """``noisy_share`` counts the noisy pairs the step trains on (JEST: the kept ones, here the
+    deterministic top-B of a numpy score), ``grad_share_noisy`` their share of CLIP's per-pair
+    gradient norm, both against numpy."""
+    cfg = LossConfig(
+        objective=objective, jest_keep=0.5, jest_chunks=1, jest_sampling="top", jest_ref_scale=1.0
+    )
+    task = CLIPTask(MLP, cfg, *data, reference=reference)
+    model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    state = task.init_task_state(None)
+    batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, seed)).items()}
+    _, metrics, _ = jax.jit(lambda b: task.loss(model, b, jax.random.key(0), state))(batch)
+    kept = np.arange(len(batch["index"]))
+    if objective == "jest":
+        kept = np.argsort(-_np_own_pair_learnability(model, reference, batch, cfg))[:B]
+    noisy = ~np.asarray(batch["matched"])[kept]
+    img, txt = (np.asarray(x)[kept] for x in model(batch["image"], batch["tokens"]))
+    w = _np_clip_pair_gradient_norms(img, txt, cfg.tau)
+    assert 0 < noisy.sum() < len(kept)
+    np.testing.assert_allclose(float(metrics["noisy_share"]), noisy.mean())
+    np.testing.assert_allclose(float(metrics["grad_share_noisy"]), w[noisy].sum() / w.sum(), 2e-4)
