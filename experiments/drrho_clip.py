@@ -54,6 +54,7 @@ from jaxlab.methods.drrho_clip.pipeline import (
     evaluate,
     make_reference_pairs,
     make_splits,
+    run_shares,
     train,
 )
 from jaxlab.methods.drrho_clip.task import LossConfig
@@ -201,12 +202,7 @@ def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -
         s = splits(seed)
         model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference(kind))
         result = evaluate(model, s)
-        logged = read_metrics(wd)
-        for key in (*GATE, *NOISE):  # window means of every step, averaged
-            rows = [r[key] for r in logged if key in r]
-            if rows:
-                result[key] = sum(rows) / len(rows)
-        return result
+        return {**result, **run_shares(read_metrics(wd))}
 
     return Run({**config, "loss": to_dict(loss), "train": to_dict(recipe)}, fit)
 

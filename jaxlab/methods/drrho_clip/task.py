@@ -26,8 +26,9 @@ per-sample tables (log u for image and text anchors, first-visit flags) are task
 
 Metrics: in training ``loss`` is the objective's value — F itself (not the surrogate) for GCL and
 DRRho, which also log ``gate_off``, the share of anchors (image and text) that the ε of Eq. (9)
-switches off (:func:`.losses.gate_off`), and ``gate_off_noisy``, the share of those whose pair is
-one of the renderer's mismatched (noisy) pairs (0 when none is off); every objective logs
+switches off (:func:`.losses.gate_off`), and ``gate_off_and_noisy``, the share of anchors that are
+off *and* belong to one of the renderer's mismatched (noisy) pairs (the ratio of the two, over a
+run, is the noisy share among the gated anchors); every objective logs
 ``noisy_share``, the share of noisy pairs among those the step trains on (for JEST: among the kept
 pairs, so it measures what the selection filters), and ``grad_share_noisy``, the share of the
 objective's per-pair gradient norm that lands on them (:func:`noisy_gradient_share`: how much
@@ -252,7 +253,10 @@ class CLIPTask:
             off = L.gate_off(img, txt, r_img, r_txt, tau=c.tau, eps=c.eps)
             noisy = jnp.broadcast_to(~batch["matched"], off.shape)
             metrics["gate_off"] = jnp.mean(off)
-            metrics["gate_off_noisy"] = jnp.sum(off & noisy) / jnp.maximum(jnp.sum(off), 1)
+            # A share of all anchors, not of the gated ones: the gate fires on a few anchors in
+            # a few steps, and a per-step ratio (0 in a step without any) averaged over steps
+            # would understate the noisy share; the ratio of the two means over a run is exact.
+            metrics["gate_off_and_noisy"] = jnp.mean(off & noisy)
             value = D.sharded_drrho_loss if sharded else L.drrho_loss
             metrics["loss"] = value(
                 jax.lax.stop_gradient(img),
