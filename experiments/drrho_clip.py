@@ -24,7 +24,7 @@ ensembles, on held-out images and on a held-out attribute combination, and recal
 pairs. Every seed renders its own learner data, so the claims are judged by the paired differences
 DRRho − X of each seed (``summary.json``: ``drrho_minus``), whose spread excludes the
 seed-to-seed variation that every method shares; ``gate`` holds, per DRRho arm, the mean share of
-anchors the ε gate of Eq. (9) switched off and the share of those whose pair is a noisy one;
+anchors the ε gate of Eq. (9) switched off and the share of those (over a run) whose pair is noisy;
 ``noise`` holds, per target arm, the share of noisy pairs among those its steps train on (JEST: the
 kept ones) and their share of the per-pair gradient norm
 (:func:`jaxlab.methods.drrho_clip.task.noisy_gradient_share`).

@@ -280,8 +280,9 @@ def _np_clip_pair_gradient_norms(img, txt, tau):
     return tangent(img, g_img) + tangent(txt, g_txt)
 
 
-# iterator seeds whose batch (JEST: whose kept pairs) holds both noisy and clean pairs
-@pytest.mark.parametrize("objective, seed", [("clip", 0), ("jest", 1)])
+# iterator seeds whose batch (JEST: whose kept pairs) holds both noisy and clean pairs, and (JEST)
+# whose kept pairs hold another noisy share than the super-batch
+@pytest.mark.parametrize("objective, seed", [("clip", 0), ("jest", 4)])
 def test_noise_statistics_against_numpy(objective, seed, data, reference):
     """``noisy_share`` counts the noisy pairs the step trains on (JEST: the kept ones, here the
     deterministic top-B of a numpy score), ``grad_share_noisy`` their share of CLIP's per-pair
@@ -301,5 +302,6 @@ def test_noise_statistics_against_numpy(objective, seed, data, reference):
     img, txt = (np.asarray(x)[kept] for x in model(batch["image"], batch["tokens"]))
     w = _np_clip_pair_gradient_norms(img, txt, cfg.tau)
     assert 0 < noisy.sum() < len(kept)
+    assert objective == "clip" or noisy.mean() != np.mean(~np.asarray(batch["matched"]))
     np.testing.assert_allclose(float(metrics["noisy_share"]), noisy.mean())
     np.testing.assert_allclose(float(metrics["grad_share_noisy"]), w[noisy].sum() / w.sum(), 2e-4)
