@@ -24,7 +24,10 @@ ensembles, on held-out images and on a held-out attribute combination, and recal
 pairs. Every seed renders its own learner data, so the claims are judged by the paired differences
 DRRho − X of each seed (``summary.json``: ``drrho_minus``), whose spread excludes the
 seed-to-seed variation that every method shares; ``gate`` holds, per DRRho arm, the mean share of
-anchors the ε gate of Eq. (9) switched off and the share of those whose pair is a noisy one.
+anchors the ε gate of Eq. (9) switched off and the share of those (over a run) whose pair is noisy;
+``noise`` holds, per target arm, the share of noisy pairs among those its steps train on (JEST: the
+kept ones) and their share of the per-pair gradient norm
+(:func:`jaxlab.methods.drrho_clip.task.noisy_gradient_share`).
 ``--set preset=paper`` gives the paper's ViT-B/16 hyperparameters (τ = 0.01 fixed, ε = 1e-4, γ = 1,
 batch 5120, lr 3.125e-4) for a pod; the rendered data stays a stand-in for DFN-192M.
 """
@@ -51,12 +54,15 @@ from jaxlab.methods.drrho_clip.pipeline import (
     evaluate,
     make_reference_pairs,
     make_splits,
+    run_shares,
     train,
 )
 from jaxlab.methods.drrho_clip.task import LossConfig
 
 METHODS = ("clip", "drrho", "jest", "kd", "drrho_kd", "gcl", "drrho_weak")  # headline pairs first
 REFERENCES = ("reference", "weak_reference")  # the strong one, and the weak control
+GATE = ("gate_off", "gate_off_noisy")  # the ε gate's statistics (GCL and DRRho arms)
+NOISE = ("noisy_share", "grad_share_noisy")  # what each step trains on (every target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,11 +202,7 @@ def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -
         s = splits(seed)
         model, _ = train(cfg.model, loss, recipe, s.train, s.test, wd, reference=reference(kind))
         result = evaluate(model, s)
-        rows = [r for r in read_metrics(wd) if "gate_off" in r]
-        for key in ("gate_off", "gate_off_noisy"):  # window means of every step, averaged
-            if rows:
-                result[key] = sum(r[key] for r in rows) / len(rows)
-        return result
+        return {**result, **run_shares(read_metrics(wd))}
 
     return Run({**config, "loss": to_dict(loss), "train": to_dict(recipe)}, fit)
 
@@ -218,11 +220,14 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     results = {
         m: {k: mean_sd([r[k] for r in rows]) for k in metrics} for m, rows in per_seed.items()
     }
-    gate = {
-        m: {k: mean_sd([r[k] for r in rows]) for k in ("gate_off", "gate_off_noisy")}
-        for m, rows in per_seed.items()
-        if "gate_off" in rows[0]
-    }
+    gate, noise = (
+        {
+            m: {k: mean_sd([r[k] for r in rows]) for k in keys}
+            for m, rows in per_seed.items()
+            if all(keys[0] in r for r in rows)
+        }
+        for keys in (GATE, NOISE)
+    )
     write_json(workdir / "per_seed.json", per_seed)
     fig = bars_figure(
         {k: {m: results[m][k]["mean"] for m in results} for k in metrics},
@@ -258,9 +263,13 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     for m, g in gate.items():
         headline[f"gate_off_{m}"] = g["gate_off"]["mean"]
         headline[f"gate_off_noisy_{m}"] = g["gate_off_noisy"]["mean"]
+    for m, g in noise.items():
+        headline[f"noisy_share_{m}"] = g["noisy_share"]["mean"]
+        headline[f"grad_share_noisy_{m}"] = g["grad_share_noisy"]["mean"]
     headline["recall1_i2t_clip"] = results.get("clip", results["reference"])[
         "recall1_image_to_text"
     ]["mean"]
     headline["seeds"] = len(cfg.seeds)
     headline["steps"] = cfg.train.steps
-    return {"results": results, "drrho_minus": paired, "gate": gate, "headline": headline}
+    out = {"results": results, "drrho_minus": paired, "gate": gate, "noise": noise}
+    return {**out, "headline": headline}

@@ -48,6 +48,7 @@ __all__ = [
     "evaluate",
     "make_reference_pairs",
     "make_splits",
+    "run_shares",
     "train",
 ]
 
@@ -201,4 +202,24 @@ def evaluate(model: CLIPModel, splits: Splits) -> dict[str, float]:
             recall = recall_at_k(img, txt, k=1)
             out["recall1_image_to_text"] = recall["image_to_text"]
             out["recall1_text_to_image"] = recall["text_to_image"]
+    return out
+
+
+def run_shares(rows: list[dict]) -> dict[str, float]:
+    """A run's shares from its logged rows (window means of equal batches, every step).
+
+    ``gate_off``, ``noisy_share`` and ``grad_share_noisy`` are their means over the run;
+    ``gate_off_noisy``, the noisy share among the anchors the ε gate switched off, is the ratio
+    of the means of ``gate_off_and_noisy`` and ``gate_off`` (0 when the gate never fired), the
+    exact share over the run. The mean of a per-step ratio would understate it: the gate fires in
+    few steps, and a step without any gated anchor would count as 0.
+    """
+    out = {}
+    for key in ("gate_off", "gate_off_and_noisy", "noisy_share", "grad_share_noisy"):
+        values = [r[key] for r in rows if key in r]
+        if values:
+            out[key] = sum(values) / len(values)
+    if "gate_off" in out:
+        both = out.pop("gate_off_and_noisy")
+        out["gate_off_noisy"] = both / out["gate_off"] if out["gate_off"] else 0.0
     return out

@@ -26,8 +26,13 @@ per-sample tables (log u for image and text anchors, first-visit flags) are task
 
 Metrics: in training ``loss`` is the objective's value — F itself (not the surrogate) for GCL and
 DRRho, which also log ``gate_off``, the share of anchors (image and text) that the ε of Eq. (9)
-switches off (:func:`.losses.gate_off`), and ``gate_off_noisy``, the share of those whose pair is
-one of the renderer's mismatched (noisy) pairs (0 when none is off); in evaluation ``loss`` is the
+switches off (:func:`.losses.gate_off`), and ``gate_off_and_noisy``, the share of anchors that are
+off *and* belong to one of the renderer's mismatched (noisy) pairs (the ratio of the two, over a
+run, is the noisy share among the gated anchors); every objective logs
+``noisy_share``, the share of noisy pairs among those the step trains on (for JEST: among the kept
+pairs, so it measures what the selection filters), and ``grad_share_noisy``, the share of the
+objective's per-pair gradient norm that lands on them (:func:`noisy_gradient_share`: how much
+each objective's weights steer away from the noisy pairs); in evaluation ``loss`` is the
 CLIP loss of the eval batch for every objective (one yardstick) and ``zero_shot_acc`` the zero-shot
 accuracy of the batch's images with the class prompts.
 """
@@ -58,7 +63,7 @@ from jaxlab.methods.drrho_clip import jest as J
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 
-__all__ = ["CLIPTask", "LossConfig", "embed_pairs", "restore_model"]
+__all__ = ["CLIPTask", "LossConfig", "embed_pairs", "noisy_gradient_share", "restore_model"]
 
 Objective = Literal["clip", "gcl", "drrho", "kd", "drrho_kd", "jest"]
 NEEDS_REFERENCE = ("drrho", "kd", "drrho_kd", "jest")
@@ -210,7 +215,27 @@ class CLIPTask:
             batch = self._jest_select(model, batch, key, task_state)
         img, txt = model(batch["image"], batch["tokens"])
         ref = self._reference_embeddings(batch, task_state) if self.reference is not None else None
-        tables = task_state["tables"]
+
+        def head(img, txt):
+            return self._objective(img, txt, ref, batch, task_state["tables"])
+
+        objective, (metrics, tables) = head(img, txt)
+        # Which pairs the step trains on: the share of noisy pairs among them (JEST: among the
+        # kept ones) and the share of the embedding-gradient norm that lands on them.
+        noisy_B = ~batch["matched"]
+        grads = jax.grad(lambda i, t: head(i, t)[0], argnums=(0, 1))(
+            jax.lax.stop_gradient(img), jax.lax.stop_gradient(txt)
+        )
+        metrics["noisy_share"] = jnp.mean(noisy_B)
+        metrics["grad_share_noisy"] = noisy_gradient_share(img, txt, *grads, noisy_B)
+        metrics["clip_loss"] = L.clip_loss(
+            jax.lax.stop_gradient(img), jax.lax.stop_gradient(txt), tau=c.tau
+        )
+        return objective, metrics, {**task_state, "tables": tables}
+
+    def _objective(self, img, txt, ref, batch, tables):
+        """The objective on the batch's embeddings, its metrics and the updated u tables."""
+        c = self.loss_cfg
         metrics: dict[str, jax.Array] = {}
         # Over >1 data devices: local anchors against all-gathered candidates (distributed.py),
         # which equals the single-device loss on the global batch (tested on 8 devices).
@@ -228,7 +253,10 @@ class CLIPTask:
             off = L.gate_off(img, txt, r_img, r_txt, tau=c.tau, eps=c.eps)
             noisy = jnp.broadcast_to(~batch["matched"], off.shape)
             metrics["gate_off"] = jnp.mean(off)
-            metrics["gate_off_noisy"] = jnp.sum(off & noisy) / jnp.maximum(jnp.sum(off), 1)
+            # A share of all anchors, not of the gated ones: the gate fires on a few anchors in
+            # a few steps, and a per-step ratio (0 in a step without any) averaged over steps
+            # would understate the noisy share; the ratio of the two means over a run is exact.
+            metrics["gate_off_and_noisy"] = jnp.mean(off & noisy)
             value = D.sharded_drrho_loss if sharded else L.drrho_loss
             metrics["loss"] = value(
                 jax.lax.stop_gradient(img),
@@ -243,10 +271,7 @@ class CLIPTask:
             objective = objective + c.kd_weight * kd
             metrics["distill"] = kd
             metrics["loss"] = metrics["loss"] + c.kd_weight * kd
-        metrics["clip_loss"] = L.clip_loss(
-            jax.lax.stop_gradient(img), jax.lax.stop_gradient(txt), tau=c.tau
-        )
-        return objective, metrics, {**task_state, "tables": tables}
+        return objective, (metrics, tables)
 
     def _jest_select(self, model, batch, key, task_state):
         """The sub-batch JEST keeps from the super-batch ``batch`` (:mod:`.jest`)."""
@@ -292,6 +317,29 @@ class CLIPTask:
 
     def units_per_example(self) -> tuple[int, str]:
         return 1, "pairs"
+
+
+def noisy_gradient_share(
+    img_BD: jax.Array,
+    txt_BD: jax.Array,
+    g_img_BD: jax.Array,
+    g_txt_BD: jax.Array,
+    noisy_B: jax.Array,
+) -> jax.Array:
+    """Share of the per-pair gradient norm that falls on noisy pairs.
+
+    Pair i's weight is ‖P_i g_img_i‖ + ‖P_i' g_txt_i‖, the norms of the objective's gradients with
+    respect to its unit image and text embeddings projected on their tangent planes (the radial
+    part is what the L2 normalisation removes); the share is the noisy pairs' sum over the total
+    (0 for a zero gradient). Uniform weights give the batch's noisy fraction.
+    """
+
+    def tangent_norm(e_BD, g_BD):
+        g_BD = g_BD - jnp.sum(g_BD * e_BD, axis=1, keepdims=True) * e_BD
+        return jnp.linalg.norm(g_BD, axis=1)
+
+    w_B = tangent_norm(img_BD, g_img_BD) + tangent_norm(txt_BD, g_txt_BD)
+    return jnp.sum(jnp.where(noisy_B, w_B, 0.0)) / jnp.maximum(jnp.sum(w_B), 1e-30)
 
 
 def restore_model(task: CLIPTask, cfg: TrainConfig, workdir: str | pathlib.Path) -> CLIPModel:

@@ -52,3 +52,23 @@ def test_arms_map_to_their_objective_variant_and_reference():
     with pytest.raises(ConfigError, match="needs 80 of the 64"):  # JEST's 20%: 5× the batch
         check_recipe(SMALL, recipe, recipe, base, ("clip", "jest"))
     check_recipe(SMALL, recipe, recipe, base, ("clip", "jest_sigmoid"))  # 50%: 32 pairs fit
+
+
+def test_run_shares_give_the_noisy_share_of_all_gated_anchors():
+    from jaxlab.methods.drrho_clip.pipeline import run_shares
+
+    # 4 logged rows of 256 anchors each: the gate fires on 2 anchors in the first row (1 noisy)
+    # and 6 in the third (6 noisy): 7 of the 8 gated anchors are noisy. The mean of per-row
+    # ratios, (1/2 + 0 + 1 + 0) / 4 = 3/8, is what the earlier per-step statistic gave.
+    counts = [(2, 1), (0, 0), (6, 6), (0, 0)]
+    rows = [
+        {"step": i, "gate_off": off / 256, "gate_off_and_noisy": both / 256, "noisy_share": 0.3}
+        for i, (off, both) in enumerate(counts)
+    ]
+    rows.append({"step": 4, "eval_zero_shot_acc": 0.5})  # an eval row holds none of them
+    out = run_shares(rows)
+    assert out["gate_off_noisy"] == pytest.approx(7 / 8)
+    assert out["gate_off"] == pytest.approx(8 / 1024)
+    assert out["noisy_share"] == pytest.approx(0.3) and "gate_off_and_noisy" not in out
+    assert run_shares([{"gate_off": 0.0, "gate_off_and_noisy": 0.0}])["gate_off_noisy"] == 0
+    assert run_shares([{"noisy_share": 0.1}]) == {"noisy_share": 0.1}  # CLIP/JEST arms

@@ -251,12 +251,57 @@ def test_each_pair_is_scored_against_its_own_reference_rows(objective, data, ref
     rolled = expected(rows[0][np.roll(ids, 1)], rows[1][np.roll(ids, 1)])
     np.testing.assert_allclose(float(metrics["loss"]), right, rtol=1e-5)
     assert abs(rolled - right) > 1e-3 * abs(right)
-    # The ε-gate statistics on the same rows: the share of anchors off, and of those, the share
-    # whose pair the renderer made noisy.
+    # The ε-gate statistics on the same rows: the share of anchors off, and the share of anchors
+    # that are off and belong to a pair the renderer made noisy.
     off = np.asarray(L.gate_off(img, txt, rows[0][ids], rows[1][ids], tau=cfg.tau, eps=cfg.eps))
     noisy = np.broadcast_to(~np.asarray(batch["matched"]), off.shape)
     np.testing.assert_allclose(float(metrics["gate_off"]), off.mean())
-    np.testing.assert_allclose(
-        float(metrics["gate_off_noisy"]), (off & noisy).sum() / max(off.sum(), 1)
-    )
+    np.testing.assert_allclose(float(metrics["gate_off_and_noisy"]), (off & noisy).mean())
     assert 0 < off.mean() < 1 and (off & noisy).sum() > 0
+
+
+def _np_clip_pair_gradient_norms(img, txt, tau):
+    """Per-pair tangential gradient norms of CLIP's InfoNCE, float64 numpy, from the formula:
+    L = (1/2B) Σ_i [lse_j S_ij − S_ii + lse_j S_ji − S_ii], S = img·txtᵀ/τ, so
+    ∂L/∂S = (P − I + Q − I)/(2B) with P the row softmax and Q the column softmax of S."""
+    img, txt = np.float64(img), np.float64(txt)
+    b = len(img)
+    s = img @ txt.T / tau
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    q = np.exp(s - s.max(0, keepdims=True))
+    q /= q.sum(0, keepdims=True)
+    g = (p + q - 2 * np.eye(b)) / (2 * b)
+    g_img, g_txt = g @ txt / tau, g.T @ img / tau
+
+    def tangent(e, v):
+        return np.linalg.norm(v - np.sum(v * e, 1, keepdims=True) * e, axis=1)
+
+    return tangent(img, g_img) + tangent(txt, g_txt)
+
+
+# iterator seeds whose batch (JEST: whose kept pairs) holds both noisy and clean pairs, and (JEST)
+# whose kept pairs hold another noisy share than the super-batch
+@pytest.mark.parametrize("objective, seed", [("clip", 0), ("jest", 4)])
+def test_noise_statistics_against_numpy(objective, seed, data, reference):
+    """``noisy_share`` counts the noisy pairs the step trains on (JEST: the kept ones, here the
+    deterministic top-B of a numpy score), ``grad_share_noisy`` their share of CLIP's per-pair
+    gradient norm, both against numpy."""
+    cfg = LossConfig(
+        objective=objective, jest_keep=0.5, jest_chunks=1, jest_sampling="top", jest_ref_scale=1.0
+    )
+    task = CLIPTask(MLP, cfg, *data, reference=reference)
+    model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
+    state = task.init_task_state(None)
+    batch = {k: jax.numpy.asarray(v) for k, v in next(task.train_iterator(B, seed)).items()}
+    _, metrics, _ = jax.jit(lambda b: task.loss(model, b, jax.random.key(0), state))(batch)
+    kept = np.arange(len(batch["index"]))
+    if objective == "jest":
+        kept = np.argsort(-_np_own_pair_learnability(model, reference, batch, cfg))[:B]
+    noisy = ~np.asarray(batch["matched"])[kept]
+    img, txt = (np.asarray(x)[kept] for x in model(batch["image"], batch["tokens"]))
+    w = _np_clip_pair_gradient_norms(img, txt, cfg.tau)
+    assert 0 < noisy.sum() < len(kept)
+    assert objective == "clip" or noisy.mean() != np.mean(~np.asarray(batch["matched"]))
+    np.testing.assert_allclose(float(metrics["noisy_share"]), noisy.mean())
+    np.testing.assert_allclose(float(metrics["grad_share_noisy"]), w[noisy].sum() / w.sum(), 2e-4)
