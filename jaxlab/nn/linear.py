@@ -227,7 +227,8 @@ def rms_capped(w: jax.Array, cap: float) -> jax.Array:
     (``src/model.py``, ``BilinearBTT_W_K_Projection`` and ``BilinearMLRProjection``), whose RMS
     is held at most at ``cap = sqrt(min(d_in, d_out)) / d_in`` on every forward pass (a µP-style
     reparametrisation of a block ``d_in -> d_out``); ``1e-8`` inside the root as theirs."""
-    rms = jnp.sqrt(jnp.mean(jnp.square(w.astype(jnp.float32))) + 1e-8)
+    wide = w.astype(jnp.promote_types(w.dtype, jnp.float32))  # float64 stays float64 (x64)
+    rms = jnp.sqrt(jnp.mean(jnp.square(wide)) + 1e-8)
     return w / jnp.maximum(1.0, rms / cap).astype(w.dtype)
 
 

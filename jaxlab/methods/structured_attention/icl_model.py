@@ -22,6 +22,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.config import check, check_choices
 from jaxlab.methods.structured_attention.scoring import (
+    MIN_LEVEL_WIDTH,
     BilinearBTTScore,
     BilinearMLRScore,
     DotProductScore,
@@ -85,6 +86,13 @@ class ICLConfig:
                 self.mlr_ranks and min(self.mlr_ranks) > 0 and self.d_model % blocks == 0,
                 f"model.mlr_ranks={self.mlr_ranks}: positive ranks whose {blocks} blocks divide "
                 f"model.d_model={self.d_model}",
+            )
+            widths = [r * 2**lv for lv, r in enumerate(self.mlr_ranks)]
+            check(
+                not self.qk_norm or min(widths) >= MIN_LEVEL_WIDTH,
+                f"model.mlr_ranks={self.mlr_ranks} with qk_norm: a level's LayerNorm sees "
+                f"r_l 2^l = {min(widths)} number(s) per head (constant or a sign); give every "
+                f"level at least {MIN_LEVEL_WIDTH} (e.g. 3|2|1 per head at D = 48, 8 heads)",
             )
 
     @property

@@ -44,9 +44,18 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.nn.layers import qk_layernorm
 from jaxlab.nn.linear import BTT, LinearSpec, rms_capped
 
-__all__ = ["LOGIT_SCALES", "BilinearBTTScore", "BilinearMLRScore", "DotProductScore"]
+__all__ = [
+    "LOGIT_SCALES",
+    "MIN_LEVEL_WIDTH",
+    "BilinearBTTScore",
+    "BilinearMLRScore",
+    "DotProductScore",
+]
 
 LOGIT_SCALES = ("sqrt", "mup")
+# A LayerNorm of 1 number is exactly 0 and of 2 numbers is ±1 whatever their size, so an MLR level
+# whose r_l 2^l per-head numbers are fewer than this scores nothing or a sign under qk_norm.
+MIN_LEVEL_WIDTH = 3
 
 
 def _check_scale(logit_scale: str) -> None:
@@ -181,6 +190,15 @@ class BilinearMLRScore(nnx.Module):
             raise ConfigError(
                 f"mlr ranks={ranks}: need positive ranks whose {blocks} finest blocks divide "
                 f"d_model={d_model}"
+            )
+        thin = [lv for lv, r in enumerate(ranks) if r * 2**lv < MIN_LEVEL_WIDTH]
+        if qk_norm and thin:
+            lv = thin[0]
+            raise ConfigError(
+                f"mlr ranks={ranks} with qk_norm: level {lv}'s LayerNorm sees r_l 2^l = "
+                f"{ranks[lv] * 2**lv} number(s) per head, so its output is constant (1) or a sign "
+                f"(2); give every level r_l 2^l >= {MIN_LEVEL_WIDTH} (a wider model, e.g. 3|2|1 "
+                "per head at D = 48 with 8 heads)"
             )
         H, D = num_heads, d_model
         init = nnx.initializers.normal(1.0)
