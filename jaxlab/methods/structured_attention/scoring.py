@@ -36,11 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import accumulation_dtype
 from jaxlab.nn.layers import qk_layernorm
 from jaxlab.nn.linear import BTT, LinearSpec, rms_capped
 
@@ -140,6 +142,29 @@ class BilinearBTTScore(nnx.Module):
         self.scale = D**-0.5 if logit_scale == "sqrt" else 1.0 / D
 
     def _keys(self, x_BTD):
+        """Every head's ``LN_h(BTT_h(x))`` as two einsums over the heads' stacked cores (the
+        authors' layout: their first factor is one ``(c, d, H b s)`` tensor), not ``H`` small
+        maps; :meth:`_keys_per_head` is the per-head form it equals."""
+        B, T, D = x_BTD.shape
+        n1, n2, m2, m1, s = self.maps[0].shape
+        dtype = accumulation_dtype(x_BTD)
+        cores = [m.cores(dtype) for m in self.maps]
+        r_HJNKA = jnp.stack([r for r, _ in cores])
+        l_HJAKM = jnp.stack([left for _, left in cores])
+        x_BTJN = x_BTD.astype(dtype).reshape(B, T, n1, n2)
+        y_BTHJKA = jnp.einsum("btjn,hjnka->bthjka", x_BTJN, r_HJNKA)  # first stage, per block
+        k_BTHD = jnp.einsum("bthjka,hjakm->bthkm", y_BTHJKA, l_HJAKM).reshape(B, T, -1, D)
+        if not self.qk_norm:
+            return k_BTHD
+        # The heads' LayerNorms at once: the same statistics as nnx.LayerNorm, one scale per head.
+        eps = self.norms[0].epsilon
+        mean = jnp.mean(k_BTHD, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(k_BTHD - mean), axis=-1, keepdims=True)
+        scale_HD = jnp.stack([n.scale[...] for n in self.norms]).astype(dtype)
+        return (k_BTHD - mean) * jax.lax.rsqrt(var + eps) * scale_HD
+
+    def _keys_per_head(self, x_BTD):
+        """The reference: each head's BTT map and LayerNorm applied on its own."""
         keys = [m(x_BTD) for m in self.maps]
         if self.qk_norm:
             keys = [n(k) for n, k in zip(self.norms, keys, strict=True)]

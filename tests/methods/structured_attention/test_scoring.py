@@ -182,3 +182,16 @@ def test_bilinear_btt_with_layernorms_matches_a_float64_construction(x):
         keys.append(_np_layernorm(z, np.float64(norm.scale[...])))
     want = np.einsum("bti,hbsi->bhts", xb, np.stack(keys)) / np.sqrt(D)
     np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("qk_norm, cap", [(True, True), (True, False), (False, True)])
+def test_batched_btt_heads_equal_the_per_head_maps(qk_norm, cap, x64):
+    # One einsum over the 8 heads' stacked cores and LayerNorm scales (the fast path) against
+    # each head's BTT map and LayerNorm applied on its own, at float64.
+    score = BilinearBTTScore(24, 8, btt_rank=2, qk_norm=qk_norm, rms_cap=cap, rngs=nnx.Rngs(3))
+    _random_norm_scales(score.norms, 4)
+    _to_float64(score)
+    xe = jax.random.normal(jax.random.key(6), (2, 5, 24), jnp.float64)
+    fast, slow = score._keys(xe), score._keys_per_head(xe)
+    assert fast.dtype == jnp.float64 and fast.shape == (2, 5, 8, 24)
+    np.testing.assert_allclose(fast, slow, atol=1e-12, rtol=1e-12)
