@@ -120,20 +120,26 @@ class ScoredAttention(nnx.Module):
         self.out = dense(D, D, std=(D * 2 * cfg.num_layers) ** -0.5, rngs=rngs)
         self.num_heads = cfg.num_heads
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B S D"]:
+        """The outputs of the last ``num_queries`` positions (all ``T`` by default): a model that
+        reads only the last token's output (the recall probe) skips the other rows' logits."""
         B, T, D = x_BTD.shape
-        s_BHTS = self.score(x_BTD)
-        s_BHTS = s_BHTS.astype(accumulation_dtype(s_BHTS))  # float32, float64 for float64 input
-        causal = jnp.tril(jnp.ones((T, T), bool))
-        p_BHTS = jax.nn.softmax(jnp.where(causal, s_BHTS, _MASK_VALUE), axis=-1)
+        S = T if num_queries is None else num_queries
+        s_BHST = self.score(x_BTD, num_queries)
+        s_BHST = s_BHST.astype(accumulation_dtype(s_BHST))  # float32, float64 for float64 input
+        causal_ST = jnp.arange(T)[None, :] <= jnp.arange(T - S, T)[:, None]
+        p_BHST = jax.nn.softmax(jnp.where(causal_ST, s_BHST, _MASK_VALUE), axis=-1)
         v_BTHE = self.v(x_BTD).reshape(B, T, self.num_heads, D // self.num_heads)
-        o_BTHE = jnp.einsum("bhts,bshe->bthe", p_BHTS, v_BTHE)
-        return self.out(o_BTHE.reshape(B, T, D))
+        o_BSHE = jnp.einsum("bhst,bthe->bshe", p_BHST, v_BTHE)
+        return self.out(o_BSHE.reshape(B, S, D))
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: scores, value and output maps, value sum."""
-        D = self.v.d_in
-        return self.score.flops(T) + 2 * 2 * T * D * D + 2 * T * T * D
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: scores, the value map (``T`` rows), the value sum and
+        the output map (``S = num_queries`` rows, ``T`` by default)."""
+        D, S = self.v.d_in, T if num_queries is None else num_queries
+        return self.score.flops(T, num_queries) + 2 * (T + S) * D * D + 2 * S * T * D
 
 
 class _Block(nnx.Module):

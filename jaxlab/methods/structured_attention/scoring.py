@@ -91,18 +91,23 @@ class DotProductScore(nnx.Module):
         hd = self.head_dim
         self.scale = hd**-0.5 if logit_scale == "sqrt" else 8.0 / hd
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
         B, T, _ = x_BTD.shape
-        q_BTHE = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
+        S = T if num_queries is None else num_queries
+        q_BSHE = self.q(x_BTD[:, T - S :]).reshape(B, S, self.num_heads, self.head_dim)
         k_BTHE = self.k(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         if self.q_norm is not None:
-            q_BTHE, k_BTHE = self.q_norm(q_BTHE), self.k_norm(k_BTHE)
-        return jnp.einsum("bthe,bshe->bhts", q_BTHE, k_BTHE) * self.scale
+            q_BSHE, k_BTHE = self.q_norm(q_BSHE), self.k_norm(k_BTHE)
+        return jnp.einsum("bshe,bthe->bhst", q_BSHE, k_BTHE) * self.scale
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: two ``D x D`` projections and the ``T x T`` logits."""
-        D = self.q.d_in
-        return 2 * 2 * T * D * D + 2 * T * T * D
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the ``D x D`` query and key projections and the
+        ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
+        D, S = self.q.d_in, T if num_queries is None else num_queries
+        return 2 * (S + T) * D * D + 2 * S * T * D
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``c W_Q^h W_K^h^T`` per head (rank ``d_head``; the scores without ``qk_norm``)."""
@@ -170,15 +175,22 @@ class BilinearBTTScore(nnx.Module):
             keys = [n(k) for n, k in zip(self.norms, keys, strict=True)]
         return jnp.stack(keys, axis=2)  # (B, T, H, D)
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        T = x_BTD.shape[1]
+        S = T if num_queries is None else num_queries
         k_BTHD = self._keys(x_BTD)
-        return jnp.einsum("btd,bshd->bhts", x_BTD, k_BTHD) * self.scale
+        return jnp.einsum("bsd,bthd->bhst", x_BTD[:, T - S :], k_BTHD) * self.scale
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: the BTT maps (two stages) and ``H`` full-width logits."""
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the BTT maps of the ``T`` keys (two stages) and ``H``
+        full-width ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
         n1, n2, m2, m1, s = self.maps[0].shape
+        S = T if num_queries is None else num_queries
         per_token = 2 * s * (self.d_model * m2 + n1 * self.d_model)
-        return len(self.maps) * (T * per_token + 2 * T * T * self.d_model)
+        return len(self.maps) * (T * per_token + 2 * S * T * self.d_model)
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``M_h`` with ``scores = x^T M_h x'`` when ``qk_norm=False`` (BTT_h is ``x' @ W``, so
@@ -260,22 +272,29 @@ class BilinearMLRScore(nnx.Module):
         y_BTHRP = jnp.einsum("btpi,pihr->bthrp", x_BTPI, w_PIHR)
         return y_BTHRP.reshape(B, T, self.num_heads, r * p)
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        T = x_BTD.shape[1]
+        xq_BSD = x_BTD if num_queries is None else x_BTD[:, T - num_queries :]
         total = 0.0
         for level, r in enumerate(self.ranks):
-            q = self._project(x_BTD, self.wq[level], level, r)
+            q = self._project(xq_BSD, self.wq[level], level, r)
             k = self._project(x_BTD, self.wk[level], level, r)
             if self.qk_norm:
                 q, k = self.norms_q[level](q), self.norms_k[level](k)
-            total = total + jnp.einsum("bthe,bshe->bhts", q, k) * self._scale(level, r)
+            total = total + jnp.einsum("bshe,bthe->bhst", q, k) * self._scale(level, r)
         return total
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: the level projections (``2 D sum r_l`` per head and side
-        per token) and the logits (``2 sum_l r_l 2^l`` per pair and head)."""
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the level projections (``2 D sum r_l`` per head and
+        token, ``S`` queries and ``T`` keys) and the logits (``2 sum_l r_l 2^l`` per pair and
+        head; ``S = num_queries``, ``T`` by default)."""
         H, D = self.num_heads, self.d_model
-        proj = 2 * 2 * T * D * H * sum(self.ranks)
-        logits = 2 * T * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
+        S = T if num_queries is None else num_queries
+        proj = 2 * (S + T) * D * H * sum(self.ranks)
+        logits = 2 * S * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
         return proj + logits
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
