@@ -108,7 +108,7 @@ class Config:
 _TRAIN = dict(weight_decay=0.0, min_lr_ratio=1.0, grad_clip=1.0, keep_checkpoints=1)
 # Default steps, sized to the idle 2-core budget in the method README. The schedule is constant
 # after warm-up, so a longer run (--set train.steps=3000) continues this one's trajectory exactly.
-STEPS = 1800
+STEPS = 3000
 PRESETS = {
     "default": lambda: Config(
         train=TrainConfig(

@@ -8,11 +8,12 @@ Result:   the headline printed at the end: each model's final squared error (mea
           ``headline`` holds them under ``mha8``, ``mha1``, ``btt8``, ``mlr8``; measured results
           in jaxlab/methods/structured_attention/README.md.
 
-Prompts of ``N`` random keys in ``d = 16`` with Gaussian values and a query equal to one key
+Prompts of ``N`` random keys in ``d = 24`` with Gaussian values and a query equal to one key
 (:mod:`jaxlab.data.icl_retrieval`), answered by one attention layer and nothing else
-(:class:`jaxlab.methods.structured_attention.retrieval.RetrievalModel`). Four scorings at width
-``D = 48`` with ``N = 64`` keys, everything else equal: 8-head MHA (head dim 6 < d: each head sees
-the keys through a rank-6 window; at head dim 8 = d/2 and N = 32 it still recalled, see the method
+(:class:`jaxlab.methods.structured_attention.retrieval.RetrievalModel`; only the query's row of
+logits is computed, the only row the answer reads). Four scorings at width ``D = 48`` with
+``N = 128`` keys, everything else equal: 8-head MHA (head dim 6 = d/4: each head sees the keys
+through a rank-6 window; with 64 keys, at d = 16 or 24, it still recalled, see the method
 README), 1-head MHA (head dim 48, the full-rank control), bilinear BTT with 8 heads (full rank per
 head) and bilinear MLR with 8 heads whose ranks sum to ``D/8`` per head (the QK cost of MHA-8;
 rank ``sum_l r_l 2^l = 11`` per head for 3|2|1; the smallest width with three levels whose
@@ -44,8 +45,8 @@ MODELS = {"mha8": ("mha", 8), "btt8": ("btt", 8), "mlr8": ("mlr", 8), "mha1": ("
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    dim: int = 16  # d of the keys
-    n_keys: int = 64  # N
+    dim: int = 24  # d of the keys
+    n_keys: int = 128  # N
     width: int = 48  # D; 8-head MHA's head dim is D / 8 = 6, below d
     models: tuple[str, ...] = tuple(MODELS)
     # Per head, level 0 first; sum = D / 8. Each level's LayerNorm needs r_l 2^l >= 3 numbers

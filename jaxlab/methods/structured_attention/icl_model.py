@@ -44,7 +44,8 @@ class ICLConfig:
       dim: input dimension d of the regression; n_points: examples per prompt (2d in the paper).
       d_model: width D; num_layers: blocks; num_heads: attention heads.
       scoring: ``mha``, ``btt`` (bilinear BTT, TT rank ``btt_rank``) or ``mlr`` (bilinear MLR
-        with ``mlr_ranks``, level 0 first).
+        with ``mlr_ranks`` per head, level 0 first; under ``qk_norm`` every level needs
+        ``r_l 2^l >= 3`` numbers for its LayerNorm, ``scoring.MIN_LEVEL_WIDTH``).
       qk_norm: the LayerNorms of the scores (:mod:`~jaxlab.methods.structured_attention.scoring`):
         per-head QK-LN for ``mha``, the key-side LN for ``btt``, the per-level LNs for ``mlr``;
         on by default, as the authors' ICL runs (``do_qk_ln=True``).

@@ -147,18 +147,27 @@ class BilinearBTTScore(nnx.Module):
         self.scale = D**-0.5 if logit_scale == "sqrt" else 1.0 / D
 
     def _keys(self, x_BTD):
-        """Every head's ``LN_h(BTT_h(x))`` as two einsums over the heads' stacked cores (the
-        authors' layout: their first factor is one ``(c, d, H b s)`` tensor), not ``H`` small
-        maps; :meth:`_keys_per_head` is the per-head form it equals."""
+        """Every head's ``LN_h(BTT_h(x))`` as two batched matrix products over the heads' stacked
+        cores in the authors' layout (``BilinearBTTAttention``: the first stage a ``(c, BT, d) x
+        (c, d, H b s)`` product batched over input blocks, the second ``(H b, BT, c s) x
+        (H b, c s, a)`` batched over heads and output blocks), not ``H`` separate maps;
+        :meth:`_keys_per_head` is the per-head form it equals. (A single einsum with the head as
+        a free axis was slower on CPU than either.)"""
         B, T, D = x_BTD.shape
+        H, M = len(self.maps), B * T
         n1, n2, m2, m1, s = self.maps[0].shape
         dtype = accumulation_dtype(x_BTD)
         cores = [m.cores(dtype) for m in self.maps]
         r_HJNKA = jnp.stack([r for r, _ in cores])
         l_HJAKM = jnp.stack([left for _, left in cores])
-        x_BTJN = x_BTD.astype(dtype).reshape(B, T, n1, n2)
-        y_BTHJKA = jnp.einsum("btjn,hjnka->bthjka", x_BTJN, r_HJNKA)  # first stage, per block
-        k_BTHD = jnp.einsum("bthjka,hjakm->bthkm", y_BTHJKA, l_HJAKM).reshape(B, T, -1, D)
+        x_JMN = x_BTD.astype(dtype).reshape(M, n1, n2).transpose(1, 0, 2)
+        r_JNX = r_HJNKA.transpose(1, 2, 0, 3, 4).reshape(n1, n2, H * m2 * s)  # X = (h, k, a)
+        y_JMX = jnp.einsum("jmn,jnx->jmx", x_JMN, r_JNX)  # first stage, per input block
+        # regroup: G = (h, k) output groups, C = (j, a) their inputs
+        y_GMC = y_JMX.reshape(n1, M, H * m2, s).transpose(2, 1, 0, 3).reshape(H * m2, M, n1 * s)
+        l_GCQ = l_HJAKM.transpose(0, 3, 1, 2, 4).reshape(H * m2, n1 * s, m1)
+        z_GMQ = jnp.einsum("gmc,gcq->gmq", y_GMC, l_GCQ)  # second stage, per output block
+        k_BTHD = z_GMQ.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 1, 4).reshape(B, T, H, D)
         if not self.qk_norm:
             return k_BTHD
         # The heads' LayerNorms at once: the same statistics as nnx.LayerNorm, one scale per head.
