@@ -20,9 +20,9 @@ and leave the bilinear µP flags off), the RMS cap of the BTT/MLR factors, AdamW
 weight decay) with a constant learning rate after warm-up. Every run gets the same steps, batch,
 learning rate and seeds (a seed fixes the init and the prompt stream). Training FLOPs are the
 analytic count of each model's forward pass (from the shapes it builds) times 3. The default
-(d = 8, D = 32: 8-head head dim 4 < 8) is sized for 2 CPU cores; ``--set preset=paper`` gives the
-authors' sweep (d from 16 to 256, their curriculum reaching the full task at 6% of 500k steps) for
-accelerators.
+(d = 8, D = 48: 8-head head dim 6 < 8, MLR ranks 3|2|1 per head) is sized for 2 CPU cores;
+``--set preset=paper`` gives the authors' sweep (d from 16 to 256, their curriculum reaching the
+full task at 6% of 500k steps) for accelerators.
 """
 
 from __future__ import annotations
@@ -46,18 +46,20 @@ from jaxlab.methods.structured_attention.icl_task import ICLRegressionTask
 
 # model name -> (scoring, heads)
 MODELS = {"mha8": ("mha", 8), "btt8": ("btt", 8), "mlr8": ("mlr", 8), "mha1": ("mha", 1)}
-RANK_WIDTH = 32  # mlr_ranks are given per head at this width and scale with D / RANK_WIDTH
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     dims: tuple[int, ...] = (8,)  # d; prompts hold 2d points
-    widths: tuple[int, ...] = (32,)
+    widths: tuple[int, ...] = (48,)  # the 8-head MHA's head dim D / 8 = 6 is below d = 8
     models: tuple[str, ...] = tuple(MODELS)
     num_layers: int = 2
-    # Per head at D = 32, scaled by D / 32; sum = D / 8 (the 8-head MHA's head dim), as the
-    # authors' sum_l r_l = d_head. (1, 1, 1, 1) is their "8|8|8|8" at D = 256 scaled down.
-    mlr_ranks: tuple[int, ...] = (1, 1, 1, 1)
+    # Per head at widths[0], scaled by D / widths[0]; sum = D / 8 (the 8-head MHA's head dim), as
+    # the authors' sum_l r_l = d_head. Under qk_norm every level's LayerNorm needs r_l 2^l >= 3
+    # numbers (scoring.MIN_LEVEL_WIDTH): at D = 32 every split of 4 leaves a level of 1 or 2 (the
+    # authors' layout has the same degeneracy there); 48 (3|2|1) is the smallest width with 8
+    # heads and three such levels (40 with 3|2 has two).
+    mlr_ranks: tuple[int, ...] = (3, 2, 1)
     # The authors' recipe (module docstring); each a switch of ICLConfig.
     qk_norm: bool = True
     logit_scale: str = "sqrt"
@@ -74,12 +76,13 @@ class Config:
         check_seeds(self.seeds)
         for m in self.models:
             check(m in MODELS, f"unknown model {m!r}; choose from {list(MODELS)}")
+        base = self.widths[0]
         check(
-            sum(self.mlr_ranks) * 8 == RANK_WIDTH,
-            f"mlr_ranks={self.mlr_ranks} must sum to {RANK_WIDTH // 8} (D / 8 at D = 32)",
+            sum(self.mlr_ranks) * 8 == base,
+            f"mlr_ranks={self.mlr_ranks} must sum to widths[0] / 8 = {base / 8:g}",
         )
         for w in self.widths:
-            check(w % RANK_WIDTH == 0, f"width {w} must be a multiple of {RANK_WIDTH}")
+            check(w % base == 0, f"width {w} must be a multiple of widths[0] = {base}")
         for d in self.dims:  # build every model config now, so a bad option fails here
             for w in self.widths:
                 for m in self.models:
@@ -94,7 +97,7 @@ class Config:
             num_layers=self.num_layers,
             num_heads=heads,
             scoring=scoring,
-            mlr_ranks=tuple(r * width // RANK_WIDTH for r in self.mlr_ranks),
+            mlr_ranks=tuple(r * width // self.widths[0] for r in self.mlr_ranks),
             qk_norm=self.qk_norm,
             logit_scale=self.logit_scale,
             rms_cap=self.rms_cap,
@@ -105,7 +108,7 @@ class Config:
 _TRAIN = dict(weight_decay=0.0, min_lr_ratio=1.0, grad_clip=1.0, keep_checkpoints=1)
 # Default steps, sized to the idle 2-core budget in the method README. The schedule is constant
 # after warm-up, so a longer run (--set train.steps=3000) continues this one's trajectory exactly.
-STEPS = 1800
+STEPS = 3000
 PRESETS = {
     "default": lambda: Config(
         train=TrainConfig(
@@ -122,7 +125,8 @@ PRESETS = {
     ),
     "smoke": lambda: Config(
         dims=(2,),
-        widths=(32,),
+        widths=(24,),
+        mlr_ranks=(3,),
         seeds=(0,),
         num_layers=1,
         curriculum_fraction=0.5,
@@ -142,7 +146,7 @@ PRESETS = {
         dims=(16, 32, 64, 128, 256),
         widths=(64, 128, 256, 512),
         num_layers=6,
-        mlr_ranks=(1, 1, 1, 1),
+        mlr_ranks=(4, 2, 1, 1),  # 16|8|4|4 at D = 256, one of the authors' rank lists
         seeds=(0, 1, 2),
         curriculum_fraction=0.06,
         train=TrainConfig(

@@ -8,14 +8,16 @@ Result:   the headline printed at the end: each model's final squared error (mea
           ``headline`` holds them under ``mha8``, ``mha1``, ``btt8``, ``mlr8``; measured results
           in jaxlab/methods/structured_attention/README.md.
 
-Prompts of ``N`` random keys in ``d = 16`` with Gaussian values and a query equal to one key
+Prompts of ``N`` random keys in ``d = 24`` with Gaussian values and a query equal to one key
 (:mod:`jaxlab.data.icl_retrieval`), answered by one attention layer and nothing else
-(:class:`jaxlab.methods.structured_attention.retrieval.RetrievalModel`). Four scorings at width
-``D = 32`` with ``N = 64`` keys, everything else equal: 8-head MHA (head dim 4, a quarter of d:
-each head sees the keys through a rank-4 window; at head dim 8 = d/2 and N = 32 it still
-recalled, see the method README), 1-head MHA (head dim 32, the full-rank control), bilinear BTT
-with 8 heads (full rank per head) and bilinear MLR with 8 heads whose ranks sum to ``D/8`` per
-head (the QK cost of MHA-8; rank ``sum_l r_l 2^l = 15`` per head for 1|1|1|1). The recipe is the
+(:class:`jaxlab.methods.structured_attention.retrieval.RetrievalModel`; only the query's row of
+logits is computed, the only row the answer reads). Four scorings at width ``D = 48`` with
+``N = 128`` keys, everything else equal: 8-head MHA (head dim 6 = d/4: each head sees the keys
+through a rank-6 window; with 64 keys, at d = 16 or 24, it still recalled, see the method
+README), 1-head MHA (head dim 48, the full-rank control), bilinear BTT with 8 heads (full rank per
+head) and bilinear MLR with 8 heads whose ranks sum to ``D/8`` per head (the QK cost of MHA-8;
+rank ``sum_l r_l 2^l = 11`` per head for 3|2|1; the smallest width with three levels whose
+LayerNorms are not degenerate, see ``Config.mlr_ranks``). The recipe is the
 authors' (QK LayerNorm, ``1/sqrt`` logit scales, the RMS cap of the BTT/MLR factors, AdamW with a
 constant learning rate after warm-up), the same for every model and seed.
 """
@@ -43,11 +45,13 @@ MODELS = {"mha8": ("mha", 8), "btt8": ("btt", 8), "mlr8": ("mlr", 8), "mha1": ("
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    dim: int = 16  # d of the keys
-    n_keys: int = 64  # N
-    width: int = 32  # D; 8-head MHA's head dim is D / 8 = 4, a quarter of d
+    dim: int = 24  # d of the keys
+    n_keys: int = 128  # N
+    width: int = 48  # D; 8-head MHA's head dim is D / 8 = 6, below d
     models: tuple[str, ...] = tuple(MODELS)
-    mlr_ranks: tuple[int, ...] = (1, 1, 1, 1)  # per head, level 0 first; sum = D / 8
+    # Per head, level 0 first; sum = D / 8. Each level's LayerNorm needs r_l 2^l >= 3 numbers
+    # (scoring.MIN_LEVEL_WIDTH), which no split of D / 8 = 4 gives at D = 32: hence D = 48.
+    mlr_ranks: tuple[int, ...] = (3, 2, 1)
     qk_norm: bool = True
     logit_scale: str = "sqrt"
     rms_cap: bool = True

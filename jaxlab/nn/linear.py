@@ -227,7 +227,8 @@ def rms_capped(w: jax.Array, cap: float) -> jax.Array:
     (``src/model.py``, ``BilinearBTT_W_K_Projection`` and ``BilinearMLRProjection``), whose RMS
     is held at most at ``cap = sqrt(min(d_in, d_out)) / d_in`` on every forward pass (a µP-style
     reparametrisation of a block ``d_in -> d_out``); ``1e-8`` inside the root as theirs."""
-    rms = jnp.sqrt(jnp.mean(jnp.square(w.astype(jnp.float32))) + 1e-8)
+    wide = w.astype(jnp.promote_types(w.dtype, jnp.float32))  # float64 stays float64 (x64)
+    rms = jnp.sqrt(jnp.mean(jnp.square(wide)) + 1e-8)
     return w / jnp.maximum(1.0, rms / cap).astype(w.dtype)
 
 
@@ -293,7 +294,9 @@ class BTT(LinearMap):
         if btt_rank < 1:
             raise ConfigError(f"btt_rank={btt_rank} must be >= 1")
 
-    def _cores(self, dtype):
+    def cores(self, dtype):
+        """The two cores ``(n1, n2, m2, s)`` and ``(n1, s, m2, m1)`` in ``dtype``, RMS-capped under
+        ``rms_cap`` (callers that batch several maps stack these)."""
         n1, n2, m2, m1, s = self.shape
         first, second = self.first[...], self.second[...]
         if self.rms_cap:  # each stage's blocks map n2 -> m2 s and n1 s -> m1
@@ -305,14 +308,14 @@ class BTT(LinearMap):
 
     def product(self, x):
         n1, n2, m2, m1, s = self.shape
-        r_JNKA, l_JAKM = self._cores(self.dtype)
+        r_JNKA, l_JAKM = self.cores(self.dtype)
         x_XJN = x.reshape(*x.shape[:-1], n1, n2)
         y_XJKA = jnp.einsum("...jn,jnka->...jka", x_XJN, r_JNKA)  # first stage, per input block
         z_XKM = jnp.einsum("...jka,jakm->...km", y_XJKA, l_JAKM)  # regrouped, per output block
         return z_XKM.reshape(*x.shape[:-1], self.d_out)
 
     def dense_matrix(self):
-        r_JNKA, l_JAKM = self._cores(jnp.float32)
+        r_JNKA, l_JAKM = self.cores(jnp.float32)
         return jnp.einsum("jnka,jakm->jnkm", r_JNKA, l_JAKM).reshape(self.d_in, self.d_out)
 
 

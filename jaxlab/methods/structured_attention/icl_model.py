@@ -22,6 +22,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.config import check, check_choices
 from jaxlab.methods.structured_attention.scoring import (
+    MIN_LEVEL_WIDTH,
     BilinearBTTScore,
     BilinearMLRScore,
     DotProductScore,
@@ -43,7 +44,8 @@ class ICLConfig:
       dim: input dimension d of the regression; n_points: examples per prompt (2d in the paper).
       d_model: width D; num_layers: blocks; num_heads: attention heads.
       scoring: ``mha``, ``btt`` (bilinear BTT, TT rank ``btt_rank``) or ``mlr`` (bilinear MLR
-        with ``mlr_ranks``, level 0 first).
+        with ``mlr_ranks`` per head, level 0 first; under ``qk_norm`` every level needs
+        ``r_l 2^l >= 3`` numbers for its LayerNorm, ``scoring.MIN_LEVEL_WIDTH``).
       qk_norm: the LayerNorms of the scores (:mod:`~jaxlab.methods.structured_attention.scoring`):
         per-head QK-LN for ``mha``, the key-side LN for ``btt``, the per-level LNs for ``mlr``;
         on by default, as the authors' ICL runs (``do_qk_ln=True``).
@@ -86,6 +88,13 @@ class ICLConfig:
                 f"model.mlr_ranks={self.mlr_ranks}: positive ranks whose {blocks} blocks divide "
                 f"model.d_model={self.d_model}",
             )
+            widths = [r * 2**lv for lv, r in enumerate(self.mlr_ranks)]
+            check(
+                not self.qk_norm or min(widths) >= MIN_LEVEL_WIDTH,
+                f"model.mlr_ranks={self.mlr_ranks} with qk_norm: a level's LayerNorm sees "
+                f"r_l 2^l = {min(widths)} number(s) per head (constant or a sign); give every "
+                f"level at least {MIN_LEVEL_WIDTH} (e.g. 3|2|1 per head at D = 48, 8 heads)",
+            )
 
     @property
     def seq_len(self) -> int:
@@ -112,20 +121,26 @@ class ScoredAttention(nnx.Module):
         self.out = dense(D, D, std=(D * 2 * cfg.num_layers) ** -0.5, rngs=rngs)
         self.num_heads = cfg.num_heads
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B S D"]:
+        """The outputs of the last ``num_queries`` positions (all ``T`` by default): a model that
+        reads only the last token's output (the recall probe) skips the other rows' logits."""
         B, T, D = x_BTD.shape
-        s_BHTS = self.score(x_BTD)
-        s_BHTS = s_BHTS.astype(accumulation_dtype(s_BHTS))  # float32, float64 for float64 input
-        causal = jnp.tril(jnp.ones((T, T), bool))
-        p_BHTS = jax.nn.softmax(jnp.where(causal, s_BHTS, _MASK_VALUE), axis=-1)
+        S = T if num_queries is None else num_queries
+        s_BHST = self.score(x_BTD, num_queries)
+        s_BHST = s_BHST.astype(accumulation_dtype(s_BHST))  # float32, float64 for float64 input
+        causal_ST = jnp.arange(T)[None, :] <= jnp.arange(T - S, T)[:, None]
+        p_BHST = jax.nn.softmax(jnp.where(causal_ST, s_BHST, _MASK_VALUE), axis=-1)
         v_BTHE = self.v(x_BTD).reshape(B, T, self.num_heads, D // self.num_heads)
-        o_BTHE = jnp.einsum("bhts,bshe->bthe", p_BHTS, v_BTHE)
-        return self.out(o_BTHE.reshape(B, T, D))
+        o_BSHE = jnp.einsum("bhst,bthe->bshe", p_BHST, v_BTHE)
+        return self.out(o_BSHE.reshape(B, S, D))
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: scores, value and output maps, value sum."""
-        D = self.v.d_in
-        return self.score.flops(T) + 2 * 2 * T * D * D + 2 * T * T * D
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: scores, the value map (``T`` rows), the value sum and
+        the output map (``S = num_queries`` rows, ``T`` by default)."""
+        D, S = self.v.d_in, T if num_queries is None else num_queries
+        return self.score.flops(T, num_queries) + 2 * (T + S) * D * D + 2 * S * T * D
 
 
 class _Block(nnx.Module):

@@ -53,14 +53,16 @@ class RetrievalModel(nnx.Module):
         pairs_BNd = jnp.concatenate([xs_BND, ys_BN[..., None]], axis=-1)
         q_B1d = jnp.concatenate([query_Bd, jnp.zeros_like(query_Bd[:, :1])], axis=-1)[:, None]
         h_BTD = self.read_in(jnp.concatenate([pairs_BNd, q_B1d], axis=1))
-        out_BD = h_BTD[:, -1] + self.attn(self.norm(h_BTD))[:, -1]
+        # Only the query (last) token's output is read, so only its row of logits is computed.
+        out_BD = h_BTD[:, -1] + self.attn(self.norm(h_BTD), num_queries=1)[:, -1]
         return self.read_out(out_BD)[..., 0]
 
     def flops(self) -> float:
         """Analytic forward FLOPs of one prompt (``T = N + 1`` tokens; a multiply-add is 2): the
-        read-in, the attention layer (scores, values, output map, value sum), the read-out."""
+        read-in, the attention layer for the one query (its logits against the ``T`` keys, the
+        value map, the value sum, the output map), the read-out."""
         cfg, T = self.cfg, self.cfg.n_points + 1
-        return 2 * T * (cfg.dim + 1) * cfg.d_model + self.attn.flops(T) + 2 * cfg.d_model
+        return 2 * T * (cfg.dim + 1) * cfg.d_model + self.attn.flops(T, 1) + 2 * cfg.d_model
 
 
 @dataclasses.dataclass

@@ -36,17 +36,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.attention import accumulation_dtype
 from jaxlab.nn.layers import qk_layernorm
 from jaxlab.nn.linear import BTT, LinearSpec, rms_capped
 
-__all__ = ["LOGIT_SCALES", "BilinearBTTScore", "BilinearMLRScore", "DotProductScore"]
+__all__ = [
+    "LOGIT_SCALES",
+    "MIN_LEVEL_WIDTH",
+    "BilinearBTTScore",
+    "BilinearMLRScore",
+    "DotProductScore",
+]
 
 LOGIT_SCALES = ("sqrt", "mup")
+# A LayerNorm of 1 number is exactly 0 and of 2 numbers is ±1 whatever their size, so an MLR level
+# whose r_l 2^l per-head numbers are fewer than this scores nothing or a sign under qk_norm.
+MIN_LEVEL_WIDTH = 3
 
 
 def _check_scale(logit_scale: str) -> None:
@@ -80,18 +91,23 @@ class DotProductScore(nnx.Module):
         hd = self.head_dim
         self.scale = hd**-0.5 if logit_scale == "sqrt" else 8.0 / hd
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
         B, T, _ = x_BTD.shape
-        q_BTHE = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
+        S = T if num_queries is None else num_queries
+        q_BSHE = self.q(x_BTD[:, T - S :]).reshape(B, S, self.num_heads, self.head_dim)
         k_BTHE = self.k(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         if self.q_norm is not None:
-            q_BTHE, k_BTHE = self.q_norm(q_BTHE), self.k_norm(k_BTHE)
-        return jnp.einsum("bthe,bshe->bhts", q_BTHE, k_BTHE) * self.scale
+            q_BSHE, k_BTHE = self.q_norm(q_BSHE), self.k_norm(k_BTHE)
+        return jnp.einsum("bshe,bthe->bhst", q_BSHE, k_BTHE) * self.scale
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: two ``D x D`` projections and the ``T x T`` logits."""
-        D = self.q.d_in
-        return 2 * 2 * T * D * D + 2 * T * T * D
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the ``D x D`` query and key projections and the
+        ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
+        D, S = self.q.d_in, T if num_queries is None else num_queries
+        return 2 * (S + T) * D * D + 2 * S * T * D
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``c W_Q^h W_K^h^T`` per head (rank ``d_head``; the scores without ``qk_norm``)."""
@@ -131,20 +147,59 @@ class BilinearBTTScore(nnx.Module):
         self.scale = D**-0.5 if logit_scale == "sqrt" else 1.0 / D
 
     def _keys(self, x_BTD):
+        """Every head's ``LN_h(BTT_h(x))`` as two batched matrix products over the heads' stacked
+        cores in the authors' layout (``BilinearBTTAttention``: the first stage a ``(c, BT, d) x
+        (c, d, H b s)`` product batched over input blocks, the second ``(H b, BT, c s) x
+        (H b, c s, a)`` batched over heads and output blocks), not ``H`` separate maps;
+        :meth:`_keys_per_head` is the per-head form it equals. (A single einsum with the head as
+        a free axis was slower on CPU than either.)"""
+        B, T, D = x_BTD.shape
+        H, M = len(self.maps), B * T
+        n1, n2, m2, m1, s = self.maps[0].shape
+        dtype = accumulation_dtype(x_BTD)
+        cores = [m.cores(dtype) for m in self.maps]
+        r_HJNKA = jnp.stack([r for r, _ in cores])
+        l_HJAKM = jnp.stack([left for _, left in cores])
+        x_JMN = x_BTD.astype(dtype).reshape(M, n1, n2).transpose(1, 0, 2)
+        r_JNX = r_HJNKA.transpose(1, 2, 0, 3, 4).reshape(n1, n2, H * m2 * s)  # X = (h, k, a)
+        y_JMX = jnp.einsum("jmn,jnx->jmx", x_JMN, r_JNX)  # first stage, per input block
+        # regroup: G = (h, k) output groups, C = (j, a) their inputs
+        y_GMC = y_JMX.reshape(n1, M, H * m2, s).transpose(2, 1, 0, 3).reshape(H * m2, M, n1 * s)
+        l_GCQ = l_HJAKM.transpose(0, 3, 1, 2, 4).reshape(H * m2, n1 * s, m1)
+        z_GMQ = jnp.einsum("gmc,gcq->gmq", y_GMC, l_GCQ)  # second stage, per output block
+        k_BTHD = z_GMQ.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 1, 4).reshape(B, T, H, D)
+        if not self.qk_norm:
+            return k_BTHD
+        # The heads' LayerNorms at once: the same statistics as nnx.LayerNorm, one scale per head.
+        eps = self.norms[0].epsilon
+        mean = jnp.mean(k_BTHD, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(k_BTHD - mean), axis=-1, keepdims=True)
+        scale_HD = jnp.stack([n.scale[...] for n in self.norms]).astype(dtype)
+        return (k_BTHD - mean) * jax.lax.rsqrt(var + eps) * scale_HD
+
+    def _keys_per_head(self, x_BTD):
+        """The reference: each head's BTT map and LayerNorm applied on its own."""
         keys = [m(x_BTD) for m in self.maps]
         if self.qk_norm:
             keys = [n(k) for n, k in zip(self.norms, keys, strict=True)]
         return jnp.stack(keys, axis=2)  # (B, T, H, D)
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        T = x_BTD.shape[1]
+        S = T if num_queries is None else num_queries
         k_BTHD = self._keys(x_BTD)
-        return jnp.einsum("btd,bshd->bhts", x_BTD, k_BTHD) * self.scale
+        return jnp.einsum("bsd,bthd->bhst", x_BTD[:, T - S :], k_BTHD) * self.scale
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: the BTT maps (two stages) and ``H`` full-width logits."""
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the BTT maps of the ``T`` keys (two stages) and ``H``
+        full-width ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
         n1, n2, m2, m1, s = self.maps[0].shape
+        S = T if num_queries is None else num_queries
         per_token = 2 * s * (self.d_model * m2 + n1 * self.d_model)
-        return len(self.maps) * (T * per_token + 2 * T * T * self.d_model)
+        return len(self.maps) * (T * per_token + 2 * S * T * self.d_model)
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``M_h`` with ``scores = x^T M_h x'`` when ``qk_norm=False`` (BTT_h is ``x' @ W``, so
@@ -182,6 +237,15 @@ class BilinearMLRScore(nnx.Module):
                 f"mlr ranks={ranks}: need positive ranks whose {blocks} finest blocks divide "
                 f"d_model={d_model}"
             )
+        thin = [lv for lv, r in enumerate(ranks) if r * 2**lv < MIN_LEVEL_WIDTH]
+        if qk_norm and thin:
+            lv = thin[0]
+            raise ConfigError(
+                f"mlr ranks={ranks} with qk_norm: level {lv}'s LayerNorm sees r_l 2^l = "
+                f"{ranks[lv] * 2**lv} number(s) per head, so its output is constant (1) or a sign "
+                f"(2); give every level r_l 2^l >= {MIN_LEVEL_WIDTH} (a wider model, e.g. 3|2|1 "
+                "per head at D = 48 with 8 heads)"
+            )
         H, D = num_heads, d_model
         init = nnx.initializers.normal(1.0)
         self.wq, self.wk, self.norms_q, self.norms_k = (nnx.List() for _ in range(4))
@@ -217,22 +281,29 @@ class BilinearMLRScore(nnx.Module):
         y_BTHRP = jnp.einsum("btpi,pihr->bthrp", x_BTPI, w_PIHR)
         return y_BTHRP.reshape(B, T, self.num_heads, r * p)
 
-    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B H T T"]:
+    def __call__(
+        self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
+    ) -> Float[Array, "B H S T"]:
+        """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        T = x_BTD.shape[1]
+        xq_BSD = x_BTD if num_queries is None else x_BTD[:, T - num_queries :]
         total = 0.0
         for level, r in enumerate(self.ranks):
-            q = self._project(x_BTD, self.wq[level], level, r)
+            q = self._project(xq_BSD, self.wq[level], level, r)
             k = self._project(x_BTD, self.wk[level], level, r)
             if self.qk_norm:
                 q, k = self.norms_q[level](q), self.norms_k[level](k)
-            total = total + jnp.einsum("bthe,bshe->bhts", q, k) * self._scale(level, r)
+            total = total + jnp.einsum("bshe,bthe->bhst", q, k) * self._scale(level, r)
         return total
 
-    def flops(self, T: int) -> float:
-        """Forward FLOPs of one sequence: the level projections (``2 D sum r_l`` per head and side
-        per token) and the logits (``2 sum_l r_l 2^l`` per pair and head)."""
+    def flops(self, T: int, num_queries: int | None = None) -> float:
+        """Forward FLOPs of one sequence: the level projections (``2 D sum r_l`` per head and
+        token, ``S`` queries and ``T`` keys) and the logits (``2 sum_l r_l 2^l`` per pair and
+        head; ``S = num_queries``, ``T`` by default)."""
         H, D = self.num_heads, self.d_model
-        proj = 2 * 2 * T * D * H * sum(self.ranks)
-        logits = 2 * T * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
+        S = T if num_queries is None else num_queries
+        proj = 2 * (S + T) * D * H * sum(self.ranks)
+        logits = 2 * S * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
         return proj + logits
 
     def dense_matrices(self) -> Float[Array, "H D D"]:

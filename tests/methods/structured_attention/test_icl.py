@@ -38,7 +38,7 @@ def test_curriculum_rises_in_stages_to_the_full_problem():
 
 @pytest.mark.parametrize("scoring, heads", [("mha", 4), ("btt", 1), ("mlr", 2)])
 def test_predictions_see_only_earlier_points_and_flops_match_the_program(scoring, heads):
-    cfg = dataclasses.replace(CFG, scoring=scoring, num_heads=heads, mlr_ranks=(2, 1, 1))
+    cfg = dataclasses.replace(CFG, scoring=scoring, num_heads=heads, mlr_ranks=(3, 2, 1))
     model = ICLTransformer(cfg, rngs=nnx.Rngs(0))
     batch = regression_batch(1, 0, 2, cfg.dim, cfg.n_points)
     xs, ys = jnp.asarray(batch["xs"]), jnp.asarray(batch["ys"])
@@ -69,3 +69,6 @@ def test_bad_configs_fail_when_built():
         ICLConfig(scoring="dense")
     with pytest.raises(ConfigError, match="mlr_ranks"):
         ICLConfig(d_model=12, scoring="mlr", mlr_ranks=(1, 1, 1, 1))
+    with pytest.raises(ConfigError, match="LayerNorm"):  # level 0 normalises one number
+        ICLConfig(d_model=32, num_heads=8, scoring="mlr", mlr_ranks=(1, 1, 1, 1))
+    ICLConfig(d_model=32, num_heads=8, scoring="mlr", mlr_ranks=(1, 1, 1, 1), qk_norm=False)

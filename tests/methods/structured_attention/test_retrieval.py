@@ -1,10 +1,13 @@
 """The recall probe: its prompts hold the answer at the query's key, and the one-layer model's
 FLOP count is the closed form of its maps."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
+from jaxlab.core.flops import dot_flops
 from jaxlab.data.icl_retrieval import retrieval_batch
 from jaxlab.methods.structured_attention.icl_model import ICLConfig
 from jaxlab.methods.structured_attention.retrieval import RetrievalModel, RetrievalTask
@@ -31,6 +34,30 @@ def test_model_answers_from_attention_only_and_counts_its_flops():
     model.attn.v.kernel[...] = jnp.zeros_like(model.attn.v.kernel[...])
     moved = model(batch["xs"], batch["ys"] + 1.0, batch["query"])
     np.testing.assert_allclose(moved, model(batch["xs"], batch["ys"], batch["query"]), atol=1e-6)
-    T, D = 7, 16  # N + 1 tokens; read-in (d+1) -> D, scores 2 (2 T D^2) + 2 T^2 D, v and out
-    want = 2 * T * 5 * D + (4 * T * D * D + 2 * T * T * D) + 4 * T * D * D + 2 * T * T * D + 2 * D
+    # N + 1 tokens; read-in (d+1) -> D; for the one query: its projection, T key projections and
+    # T logits; T value rows, one value sum and one output row; the read-out.
+    T, D = 7, 16
+    scores = 2 * (1 + T) * D * D + 2 * T * D
+    want = 2 * T * 5 * D + scores + 2 * (T + 1) * D * D + 2 * T * D + 2 * D
     assert model.flops() == want
+
+
+@pytest.mark.parametrize("scoring, heads", [("mha", 4), ("btt", 2), ("mlr", 2)])
+def test_flops_match_the_program_and_the_last_row_equals_the_full_attention(scoring, heads, x64):
+    cfg = ICLConfig(dim=4, n_points=9, d_model=16, num_layers=1, num_heads=heads,
+                    scoring=scoring, mlr_ranks=(3, 2, 1), rms_cap=True)  # fmt: skip
+    model = RetrievalModel(cfg, rngs=nnx.Rngs(1))
+    batch = {k: jnp.asarray(v) for k, v in RetrievalTask(cfg).eval_batches(1, 1)[0].items()}
+    lowered = jax.jit(lambda b: model(b["xs"], b["ys"], b["query"])).lower(batch)
+    assert dot_flops(lowered) == pytest.approx(model.flops(), rel=1e-9)
+    # Scoring only the last S positions gives the full attention's last S rows (float64).
+    nnx.update(model, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), nnx.state(model)))
+    for _, m in nnx.iter_graph(model):  # the linear maps' compute dtype too
+        if isinstance(m, nnx.Module) and getattr(m, "dtype", None) is not None:
+            m.dtype = jnp.dtype(jnp.float64)
+    h = jax.random.normal(jax.random.key(2), (2, 10, 16), jnp.float64)
+    full = model.attn(h)
+    for S in (1, 3):
+        last = model.attn(h, num_queries=S)
+        assert last.dtype == jnp.float64
+        np.testing.assert_allclose(last, full[:, -S:], atol=1e-12, rtol=1e-12)

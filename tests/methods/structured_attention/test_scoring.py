@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.core.experiment import load
 from jaxlab.methods.structured_attention import BilinearBTTScore, BilinearMLRScore, DotProductScore
 
 D = 16
@@ -52,7 +53,7 @@ def test_btt_with_tt_rank_one_is_full_rank():
 @pytest.mark.parametrize("ranks, want", [((2, 1, 1), 8), ((4, 2, 2, 1), D), ((1,), 1)])
 def test_mlr_rank_is_min_of_d_and_sum_of_ranks_times_blocks(ranks, want):
     assert min(D, sum(r * 2**lv for lv, r in enumerate(ranks))) == want
-    m = BilinearMLRScore(D, 2, ranks=ranks, rngs=nnx.Rngs(3)).dense_matrices()
+    m = BilinearMLRScore(D, 2, ranks=ranks, qk_norm=False, rngs=nnx.Rngs(3)).dense_matrices()
     assert [_rank(mh) for mh in m] == [want] * 2
 
 
@@ -71,10 +72,14 @@ def test_btt_key_layernorm_is_applied_to_the_key_map(x):
 
 
 def test_flops_and_bad_ranks():
-    mlr = BilinearMLRScore(D, 1, ranks=(2, 1, 1), rngs=nnx.Rngs(6))
-    assert mlr.flops(6) == 2 * 2 * 6 * D * 4 + 2 * 36 * 8
+    mlr = BilinearMLRScore(D, 1, ranks=(3, 2, 1), rngs=nnx.Rngs(6))
+    assert mlr.flops(6) == 2 * 2 * 6 * D * 6 + 2 * 36 * 11
     with pytest.raises(ConfigError, match="divide"):
         BilinearMLRScore(12, 1, ranks=(1, 1, 1, 1), rngs=nnx.Rngs(0))
+    for thin in [(1, 2, 1), (3, 1, 1)]:  # a LayerNorm of 1 number (always 0), of 2 (a sign)
+        with pytest.raises(ConfigError, match="LayerNorm"):
+            BilinearMLRScore(D, 1, ranks=thin, rngs=nnx.Rngs(0))
+        BilinearMLRScore(D, 1, ranks=thin, qk_norm=False, rngs=nnx.Rngs(0))
     assert jnp.isfinite(mlr(jnp.ones((1, 6, D)))).all()
 
 
@@ -91,16 +96,16 @@ def _random_norm_scales(norms, seed):
         norm.scale[...] = jnp.asarray(rng.uniform(0.5, 1.5, norm.scale[...].shape), jnp.float32)
 
 
-def test_bilinear_mlr_with_layernorms_matches_a_float64_construction(x):
-    # Paper Sec. 3.2 and the authors' BilinearMLRAttention: level l splits x into 2^l blocks; each
-    # block k maps through its own (D / 2^l, r_l) query and key factors per head; the r_l 2^l
-    # numbers of a head (rank index major, block minor) pass a LayerNorm per side; the level's
-    # logits are their dot product at 1/sqrt(r_l 2^l), summed over the levels.
-    H, ranks = 2, (2, 1, 1)
-    score = BilinearMLRScore(D, H, ranks=ranks, rngs=nnx.Rngs(8))
-    _random_norm_scales([*score.norms_q, *score.norms_k], 0)
+def _np_mlr_levels(score, x, ranks, cap):
+    """Each level's logits of bilinear MLR with its LayerNorms, in float64 from the paper (Sec. 3.2)
+    and the authors' BilinearMLRAttention: level l splits x into 2^l blocks; block k maps through
+    its own (D / 2^l, r_l) query and key factors per head (under ``cap`` all heads' factors of a
+    level scaled as one tensor to RMS <= sqrt(min(D / 2^l, H r_l)) / (D / 2^l)); a head's r_l 2^l
+    numbers (rank index major, block minor) pass a LayerNorm per side; the level's logits are
+    their dot product at 1/sqrt(r_l 2^l)."""
     xb = np.float64(x)
-    want = 0.0
+    D, H = xb.shape[-1], score.num_heads
+    levels = []
     for level, r in enumerate(ranks):
         p, size = 2**level, D // 2**level
         sides = []
@@ -108,14 +113,56 @@ def test_bilinear_mlr_with_layernorms_matches_a_float64_construction(x):
             (score.wq[level], score.norms_q[level]),
             (score.wk[level], score.norms_k[level]),
         ):
-            w = np.float64(w[...]).reshape(p, size, H, r)
+            w = np.float64(w[...])
+            if cap:
+                limit = min(size, H * r) ** 0.5 / size
+                w = w / max(1.0, np.sqrt(np.mean(w**2) + 1e-8) / limit)
+            w = w.reshape(p, size, H, r)
             y = np.zeros(xb.shape[:2] + (H, r * p))
             for k in range(p):
                 part = xb[..., k * size : (k + 1) * size] @ w[k].reshape(size, H * r)
                 y[..., np.arange(r) * p + k] = part.reshape(*xb.shape[:2], H, r)
             sides.append(_np_layernorm(y, np.float64(norm.scale[...])))
-        want = want + np.einsum("bthe,bshe->bhts", *sides) / np.sqrt(r * p)
+        levels.append(np.einsum("bthe,bshe->bhts", *sides) / np.sqrt(r * p))
+    return levels
+
+
+def test_bilinear_mlr_with_layernorms_matches_a_float64_construction(x):
+    ranks = (3, 2, 1)
+    score = BilinearMLRScore(D, 2, ranks=ranks, rngs=nnx.Rngs(8))
+    _random_norm_scales([*score.norms_q, *score.norms_k], 0)
+    want = sum(_np_mlr_levels(score, x, ranks, cap=False))
     np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
+
+
+def _to_float64(module):
+    """Every parameter of ``module`` in float64, and its BTT maps computing in float64 (x64 on)."""
+    nnx.update(module, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), nnx.state(module)))
+    for m in getattr(module, "maps", []):
+        m.dtype = jnp.dtype(jnp.float64)
+    return module
+
+
+@pytest.mark.parametrize("exp", ["icl_regression", "icl_retrieval"])
+def test_the_experiments_mlr8_matches_float64_and_every_level_sees_the_key(exp, repo_root, x64):
+    # The MLR-8 arm as the experiments build it (8 heads, RMS cap, QK LayerNorm on). Each level's
+    # logits must vary with the key for a fixed query: a level whose LayerNorm sees 1 number per
+    # head scores exactly 0, one that sees 2 scores a sign (the 1|1|1|1 layout at D = 32).
+    cfg = load(repo_root / "experiments", exp).get_config()
+    model = cfg.model("mlr8") if exp == "icl_retrieval" else cfg.model("mlr8", 8, cfg.widths[0])
+    score = BilinearMLRScore(model.d_model, model.num_heads, ranks=model.mlr_ranks,
+                             rms_cap=model.rms_cap, rngs=nnx.Rngs(4))  # fmt: skip
+    _random_norm_scales([*score.norms_q, *score.norms_k], 2)
+    _to_float64(score)
+    xe = jax.random.normal(jax.random.key(5), (2, 12, model.d_model), jnp.float64)
+    levels = _np_mlr_levels(score, xe, model.mlr_ranks, cap=True)
+    np.testing.assert_allclose(score(xe), sum(levels), atol=1e-10, rtol=1e-10)
+    for lv, logits_BHTS in enumerate(levels):
+        # per query (b, h, t): how many distinct values over the 12 keys
+        distinct = np.array(
+            [len(np.unique(np.round(row, 9))) for row in logits_BHTS.reshape(-1, 12)]
+        )
+        assert distinct.min() > 2, f"level {lv} of {model.mlr_ranks} ignores the key"
 
 
 def test_bilinear_btt_with_layernorms_matches_a_float64_construction(x):
@@ -135,3 +182,16 @@ def test_bilinear_btt_with_layernorms_matches_a_float64_construction(x):
         keys.append(_np_layernorm(z, np.float64(norm.scale[...])))
     want = np.einsum("bti,hbsi->bhts", xb, np.stack(keys)) / np.sqrt(D)
     np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("qk_norm, cap", [(True, True), (True, False), (False, True)])
+def test_batched_btt_heads_equal_the_per_head_maps(qk_norm, cap, x64):
+    # One einsum over the 8 heads' stacked cores and LayerNorm scales (the fast path) against
+    # each head's BTT map and LayerNorm applied on its own, at float64.
+    score = BilinearBTTScore(24, 8, btt_rank=2, qk_norm=qk_norm, rms_cap=cap, rngs=nnx.Rngs(3))
+    _random_norm_scales(score.norms, 4)
+    _to_float64(score)
+    xe = jax.random.normal(jax.random.key(6), (2, 5, 24), jnp.float64)
+    fast, slow = score._keys(xe), score._keys_per_head(xe)
+    assert fast.dtype == jnp.float64 and fast.shape == (2, 5, 8, 24)
+    np.testing.assert_allclose(fast, slow, atol=1e-12, rtol=1e-12)
