@@ -79,7 +79,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     f"{case:28s} ms: {phases} | sum {row['phases_sum']:.2f} "
                     f"splr/it {row['splr_per_iter']:.2f} regot/it {row['regot_per_iter']:.2f} "
                     f"ratio {row['splr_over_regot_seconds']:.2f} "
-                    f"ls evals/it {row['ls_evals_per_iter']:.2f}",
+                    f"ls evals/it {row['ls_evals_per_iter']:.2f} | trips: threshold "
+                    f"{row['threshold_trips']} x {row['threshold_trip']:.3f} cg "
+                    f"{row['cg_steps']} x {row['cg_step']:.3f} ls {row['ls_evals_here']} x "
+                    f"{row['ls_eval']:.3f} empty {row['empty_loop_trip']:.4f}",
                     flush=True,
                 )
     return {
