@@ -101,17 +101,18 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     H = assemble(T, g, t)
     d, cg_steps = cg(H, g)
     dispatch = jax.jit(lambda x: x + 1.0)
-    # The bare cost of a while_loop trip on XLA CPU: a scalar body, as many trips as the
-    # threshold and CG loops take together.
+    # The bare cost of a while_loop trip on XLA CPU: a scalar body, run for as many trips as the
+    # threshold and CG loops take together and for none (the difference is the loops' overhead).
     trips = int(threshold_trips) + int(cg_steps)
     empty_loop = jax.jit(
-        lambda x: jax.lax.while_loop(
-            lambda c: c[1] < trips, lambda c: (c[0] * 0.5, c[1] + 1), (x, 0)
-        )
+        lambda x, n: jax.lax.while_loop(
+            lambda c: c[1] < n, lambda c: (c[0] * 0.5, c[1] + 1), (x, 0)
+        )[0]
     )
     calls = {
         "dispatch": lambda: dispatch(x),
-        "empty_loop": lambda: empty_loop(f),
+        "empty_loop": lambda: empty_loop(f, trips),
+        "empty_loop_0": lambda: empty_loop(f, 0),
         "evaluation": lambda: evaluate(x),
         "threshold": lambda: threshold(T, density),
         "assembly": lambda: assemble(T, g, t),
@@ -143,11 +144,11 @@ def splr_anatomy(
     SPLR and regot (timed interleaved with the phases), regot's own phases (``regot_<phase>``),
     the trips of each nested loop on the timed iterate (``threshold_trips``, ``cg_steps``,
     ``ls_evals_here``) with the cost of one trip (``threshold_trip``, ``cg_step``, ``ls_eval``:
-    the phase after its dispatch over its trips) beside a scalar-body ``while_loop`` of as many
-    trips (``empty_loop``, ``empty_loop_trip``: the loop's own overhead), the line-search
-    evaluations per iteration over the solve, the time of a trivial jitted call (``dispatch``: the
-    per-call overhead included in every phase), the iteration counts, and the ratio of the
-    whole-solve times (SPLR / regot).
+    the phase after its dispatch over its trips) beside a scalar-body ``while_loop`` run for as
+    many trips and for none (``empty_loop``, ``empty_loop_0``; ``empty_loop_trip``: the loop's own
+    overhead per trip), the line-search evaluations per iteration over the solve, the time of a
+    trivial jitted call (``dispatch``: the per-call overhead included in every phase), the
+    iteration counts, and the ratio of the whole-solve times (SPLR / regot).
     """
     regot = import_regot()
     full = compile_solve(
@@ -171,7 +172,8 @@ def splr_anatomy(
     timings = time_interleaved({**calls, "splr": full, "regot": cpp}, repeats=repeats)
     cpp_iters = int(cpp().niter)
     row: dict[str, Any] = {
-        name: 1e3 * timings[name].median for name in (*PHASES, "dispatch", "empty_loop")
+        name: 1e3 * timings[name].median
+        for name in (*PHASES, "dispatch", "empty_loop", "empty_loop_0")
     }
     row["phases_sum"] = sum(row[name] for name in PHASES)
     row["splr_per_iter"] = 1e3 * timings["splr"].median / max(k, 1)
@@ -187,7 +189,7 @@ def splr_anatomy(
         ("ls_eval", "line_search", counts["ls_evals_here"]),
     ):
         row[name] = (row[phase] - row["dispatch"]) / max(trips, 1)
-    row["empty_loop_trip"] = (row["empty_loop"] - row["dispatch"]) / max(trips, 1)
+    row["empty_loop_trip"] = (row["empty_loop"] - row["empty_loop_0"]) / max(trips, 1)
     row["ls_evals_per_iter"] = (int(raw.n_evals) - 1) / max(k, 1)
     row["density"] = density
     row["splr_iters"], row["regot_iters"] = k, cpp_iters
