@@ -189,7 +189,8 @@ def splr_anatomy(
         ("ls_eval", "line_search", counts["ls_evals_here"]),
     ):
         row[name] = (row[phase] - row["dispatch"]) / max(trips, 1)
-    row["empty_loop_trip"] = (row["empty_loop"] - row["empty_loop_0"]) / max(trips, 1)
+    loop_trips = max(counts["empty_loop_trips"], 1)
+    row["empty_loop_trip"] = (row["empty_loop"] - row["empty_loop_0"]) / loop_trips
     row["ls_evals_per_iter"] = (int(raw.n_evals) - 1) / max(k, 1)
     row["density"] = density
     row["splr_iters"], row["regot_iters"] = k, cpp_iters
