@@ -8,9 +8,11 @@ For each converging case of ``ot_benchmark`` (Synthetic I n = 200 and the MNIST 
 iteration count, and on that iterate the dual evaluation, the top-ρ threshold, the assembly of
 ``H_Ω`` as triplets, the CG solve and the line search are timed as separate jitted functions,
 interleaved with the whole SPLR solve and ``regot.sinkhorn_splr`` on the same input
-(:func:`jaxlab.methods.qn_ot.anatomy.splr_anatomy`). ``metrics.jsonl`` has one row per case
-(milliseconds; regot's phases as it prints them with ``verbose=2``); ``summary.json`` holds the
-rows and the SPLR/regot ratios.
+(:func:`jaxlab.methods.qn_ot.anatomy.splr_anatomy`), with the trips of each nested loop (threshold
+passes, CG steps, line-search evaluations), the cost of one trip, and a scalar-body loop of as many
+trips for the loops' own overhead. ``metrics.jsonl`` has one row per case (milliseconds; regot's
+phases as it prints them with ``verbose=2``); ``summary.json`` holds the rows and the SPLR/regot
+ratios.
 """
 
 from __future__ import annotations
