@@ -8,9 +8,11 @@ For each converging case of ``ot_benchmark`` (Synthetic I n = 200 and the MNIST 
 iteration count, and on that iterate the dual evaluation, the top-ρ threshold, the assembly of
 ``H_Ω`` as triplets, the CG solve and the line search are timed as separate jitted functions,
 interleaved with the whole SPLR solve and ``regot.sinkhorn_splr`` on the same input
-(:func:`jaxlab.methods.qn_ot.anatomy.splr_anatomy`). ``metrics.jsonl`` has one row per case
-(milliseconds; regot's phases as it prints them with ``verbose=2``); ``summary.json`` holds the
-rows and the SPLR/regot ratios.
+(:func:`jaxlab.methods.qn_ot.anatomy.splr_anatomy`), with the trips of each nested loop (threshold
+passes, CG steps, line-search evaluations), the cost of one trip, and a scalar-body loop of as many
+trips for the loops' own overhead. ``metrics.jsonl`` has one row per case (milliseconds; regot's
+phases as it prints them with ``verbose=2``); ``summary.json`` holds the rows and the SPLR/regot
+ratios.
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     f"{case:28s} ms: {phases} | sum {row['phases_sum']:.2f} "
                     f"splr/it {row['splr_per_iter']:.2f} regot/it {row['regot_per_iter']:.2f} "
                     f"ratio {row['splr_over_regot_seconds']:.2f} "
-                    f"ls evals/it {row['ls_evals_per_iter']:.2f}",
+                    f"ls evals/it {row['ls_evals_per_iter']:.2f} | trips: threshold "
+                    f"{row['threshold_trips']} x {row['threshold_trip']:.3f} cg "
+                    f"{row['cg_steps']} x {row['cg_step']:.3f} ls {row['ls_evals_here']} x "
+                    f"{row['ls_eval']:.3f} empty {row['empty_loop_trip']:.4f}",
                     flush=True,
                 )
     return {

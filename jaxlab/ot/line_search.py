@@ -11,8 +11,9 @@ modified function ``ψ(t) = φ(t) - φ(0) - c₁ t φ'(0)`` until a point with `
 seen (their "stage 1"). Written here from the paper. A non-finite ``φ(t)`` (``exp`` overflow for a
 huge trial step) halves the step towards ``stx``. The search returns the values at the accepted
 step, and falls back to the best point seen (``stx``) if it runs out of evaluations without a
-sufficient decrease (its ``aux`` is then evaluated again: the loop carries only the last
-trial's ``aux``, since selecting a plan-sized array per trial costs more), so the objective never
+sufficient decrease (its ``aux`` is then evaluated again, in one more trip of the loop so that
+the compiled program holds one traced evaluation: the loop carries only the last trial's
+``aux``, since selecting a plan-sized array per trial costs more), so the objective never
 increases beyond rounding (near the optimum, where
 the change of ``φ`` is below its rounding error, values within ten ulps of ``φ(0)`` are replaced by
 the trapezoid estimate from the derivatives, in the spirit of Hager & Zhang's approximate Wolfe).
@@ -124,6 +125,7 @@ class _State(NamedTuple):
     wolfe: Any
     best_f: Any
     best_g: Any
+    fetched: Any  # the fallback's aux (at stx) has been evaluated
 
 
 def more_thuente(
@@ -180,14 +182,25 @@ def more_thuente(
         wolfe=jnp.array(False),
         best_f=f0,
         best_g=g0,
+        fetched=jnp.array(False),
     )
 
+    def use_last(st):
+        # When done, st.stp is the step of the last evaluation; otherwise fall back to stx.
+        ok = st.done & jnp.isfinite(st.f) & ((st.f <= f0 + st.stp * gtest) | st.wolfe)
+        return ok & (st.f <= f0 + fuzz)
+
     def cond(st):
-        return ~st.done & (st.n_evals < max_evals)
+        searching = ~st.done & (st.n_evals < max_evals)
+        # One more trip evaluates the fallback's aux at stx: the loop carries only the last
+        # trial's aux (selecting a plan-sized array per trial costs more), and evaluating it in
+        # the loop's own body keeps one traced evaluation in the compiled program, not two.
+        return searching | (~use_last(st) & (st.stx != 0) & ~st.fetched)
 
     def body(st):
+        fetch = st.done | (st.n_evals >= max_evals)  # the search is over: evaluate at stx
         stp = st.stp
-        f_true, g, aux = fun(x + stp * d)
+        f_true, g, aux = fun(x + jnp.where(fetch, st.stx, stp) * d)
         dg = g @ d
         finite = jnp.isfinite(f_true) & jnp.all(jnp.isfinite(g))
         # Near the optimum the change of φ is below its rounding error and the raw values would
@@ -256,6 +269,7 @@ def more_thuente(
             wolfe,
             jnp.where(moved, f_true, st.best_f),
             jnp.where(moved, g, st.best_g),
+            st.fetched,
         )
         # A non-finite value: shrink towards stx and cap the step there.
         shrunk = st._replace(
@@ -267,26 +281,21 @@ def more_thuente(
         # ``aux`` (the plan: the one large array here) is never selected: after a non-finite
         # value the search is not done, so the aux of that trial is never returned.
         merged = _tree_where(finite, new._replace(aux=None), shrunk._replace(aux=None))
-        return merged._replace(aux=aux)
+        fetched = st._replace(aux=None, n_evals=st.n_evals + 1, fetched=jnp.array(True))
+        return _tree_where(fetch, fetched, merged)._replace(aux=aux)
 
     st = lax.while_loop(cond, body, init)
-    # When done, st.stp is the step of the last evaluation; otherwise fall back to stx.
-    use_last = st.done & jnp.isfinite(st.f) & ((st.f <= f0 + st.stp * gtest) | st.wolfe)
-    use_last &= st.f <= f0 + fuzz
-    step = jnp.where(use_last, st.stp, st.stx)
-
-    def best_aux():
-        # Fallback to stx: its aux is not kept in the loop (a select of the plan per trial costs
-        # more than this rare re-evaluation); at stx = 0 it is the caller's aux0.
-        return lax.cond(st.stx == 0, lambda: aux0, lambda: fun(x + st.stx * d)[2])
-
+    last = use_last(st)
+    step = jnp.where(last, st.stp, st.stx)
+    # The fallback to stx = 0 returns the caller's aux0; any other step's aux is st.aux.
+    keep = last | (st.stx != 0)
     return LineSearchResult(
         step=step,
-        value=jnp.where(use_last, st.f, st.best_f),
-        grad=jnp.where(use_last, st.g, st.best_g),
-        aux=lax.cond(use_last, lambda: st.aux, best_aux),
-        n_evals=st.n_evals + jnp.where(~use_last & (st.stx != 0), 1, 0),
-        wolfe=st.wolfe & use_last,
+        value=jnp.where(last, st.f, st.best_f),
+        grad=jnp.where(last, st.g, st.best_g),
+        aux=lax.cond(keep, lambda: st.aux, lambda: aux0),
+        n_evals=st.n_evals,
+        wolfe=st.wolfe & last,
     )
 
 

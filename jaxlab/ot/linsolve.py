@@ -67,7 +67,8 @@ def schur_cg(H: ArrowHessian, tau, rhs: Float[Array, " k"], tol: float, max_iter
     """Solves ``(H + τI) z = rhs`` by PCG on the Schur complement of the ``α`` block.
 
     Uses only ``S v``, ``Sᵀ v`` and ``Σ_i S_ij² w_i``. Stops when the residual of the Schur system
-    is at most ``tol`` times its right-hand side's norm, or after ``max_iter`` steps.
+    is at most ``tol`` times its right-hand side's norm, or after ``max_iter`` steps. Returns the
+    solution and the number of CG steps taken.
     """
     n = H.h1.shape[0]
     r1, r2 = rhs[:n], rhs[n:]
@@ -101,7 +102,7 @@ def schur_cg(H: ArrowHessian, tau, rhs: Float[Array, " k"], tol: float, max_iter
     )
     z2 = it.state.z
     z1 = (r1 - H.apply_S(z2)) / d1
-    return jnp.concatenate([z1, z2])
+    return jnp.concatenate([z1, z2]), it.n_iter
 
 
 def solve_shifted(
@@ -121,4 +122,4 @@ def solve_shifted(
     if LinearSolver(solver) is LinearSolver.CHOLESKY:
         L = jnp.linalg.cholesky(H.dense(tau))
         return jax.scipy.linalg.cho_solve((L, True), rhs)
-    return schur_cg(H, tau, rhs, cg_tol, cg_max_iter)
+    return schur_cg(H, tau, rhs, cg_tol, cg_max_iter)[0]

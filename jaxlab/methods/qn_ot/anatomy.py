@@ -31,10 +31,10 @@ from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
 from jaxlab.methods.qn_ot.gathered_hessian import default_capacity, gathered_above
 from jaxlab.methods.qn_ot.runners import import_regot
-from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, top_threshold
+from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
 from jaxlab.ot.dual import dual_value_grad
 from jaxlab.ot.line_search import more_thuente
-from jaxlab.ot.linsolve import LinearSolver, solve_shifted
+from jaxlab.ot.linsolve import schur_cg
 
 __all__ = ["PHASES", "regot_phases", "splr_anatomy"]
 
@@ -76,7 +76,9 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     density = jnp.asarray(density, jnp.float64)
 
     evaluate = jax.jit(lambda x: dual_value_grad(x, cost, a, b, eta))
-    threshold = jax.jit(lambda T, rho: top_threshold(quantile_sample(T[:, :-1].reshape(-1)), rho))
+    threshold = jax.jit(
+        lambda T, rho: threshold_search(quantile_sample(T[:, :-1].reshape(-1)), rho)
+    )
 
     @jax.jit
     def assemble(T, g, t):
@@ -86,7 +88,8 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     @jax.jit
     def cg(H, g):
         tau = jnp.minimum(jnp.linalg.norm(g), 1e-3)
-        return -solve_shifted(H, tau, g, LinearSolver.SPARSE_CG, cg_tol=cg_tol)
+        z, steps = schur_cg(H, tau, g, cg_tol, 1000)
+        return -z, steps
 
     @jax.jit
     def line_search(x, d, f, g, T):
@@ -94,19 +97,35 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
         return ls.step, ls.n_evals
 
     f, g, T = evaluate(x)
-    t = threshold(T, density)
+    t, threshold_trips = threshold(T, density)
     H = assemble(T, g, t)
-    d = cg(H, g)
+    d, cg_steps = cg(H, g)
     dispatch = jax.jit(lambda x: x + 1.0)
+    # The bare cost of a while_loop trip on XLA CPU: a scalar body, run for as many trips as the
+    # threshold and CG loops take together and for none (the difference is the loops' overhead).
+    trips = int(threshold_trips) + int(cg_steps)
+    empty_loop = jax.jit(
+        lambda x, n: jax.lax.while_loop(
+            lambda c: c[1] < n, lambda c: (c[0] * 0.5, c[1] + 1), (x, 0)
+        )[0]
+    )
     calls = {
         "dispatch": lambda: dispatch(x),
+        "empty_loop": lambda: empty_loop(f, trips),
+        "empty_loop_0": lambda: empty_loop(f, 0),
         "evaluation": lambda: evaluate(x),
         "threshold": lambda: threshold(T, density),
         "assembly": lambda: assemble(T, g, t),
         "cg": lambda: cg(H, g),
         "line_search": lambda: line_search(x, d, f, g, T),
     }
-    return calls, int(line_search(x, d, f, g, T)[1])
+    counts = {
+        "threshold_trips": int(threshold_trips),
+        "cg_steps": int(cg_steps),
+        "ls_evals_here": int(line_search(x, d, f, g, T)[1]),
+        "empty_loop_trips": trips,
+    }
+    return calls, counts
 
 
 def splr_anatomy(
@@ -123,9 +142,13 @@ def splr_anatomy(
 
     Returns milliseconds: each phase (``PHASES``), their sum, the whole solve per iteration for
     SPLR and regot (timed interleaved with the phases), regot's own phases (``regot_<phase>``),
-    the line-search evaluations of the timed iterate and the mean per iteration over the solve,
-    the time of a trivial jitted call (``dispatch``: the per-call overhead included in every phase),
-    the iteration counts, and the ratio of the whole-solve times (SPLR / regot).
+    the trips of each nested loop on the timed iterate (``threshold_trips``, ``cg_steps``,
+    ``ls_evals_here``) with the cost of one trip (``threshold_trip``, ``cg_step``, ``ls_eval``:
+    the phase after its dispatch over its trips) beside a scalar-body ``while_loop`` run for as
+    many trips and for none (``empty_loop``, ``empty_loop_0``; ``empty_loop_trip``: the loop's own
+    overhead per trip), the line-search evaluations per iteration over the solve, the time of a
+    trivial jitted call (``dispatch``: the per-call overhead included in every phase), the
+    iteration counts, and the ratio of the whole-solve times (SPLR / regot).
     """
     regot = import_regot()
     full = compile_solve(
@@ -140,7 +163,7 @@ def splr_anatomy(
     density = float(np.asarray(raw.densities)[max(k // 2, 1)])
     n, m = problem.cost.shape
     capacity = default_capacity(n, m, density_max)
-    calls, evals_here = _phase_fns(problem, eta, x, density, capacity, cg_tol)
+    calls, counts = _phase_fns(problem, eta, x, density, capacity, cg_tol)
     cost = np.asfortranarray(problem.cost)
 
     def cpp():
@@ -148,13 +171,26 @@ def splr_anatomy(
 
     timings = time_interleaved({**calls, "splr": full, "regot": cpp}, repeats=repeats)
     cpp_iters = int(cpp().niter)
-    row: dict[str, Any] = {name: 1e3 * timings[name].median for name in (*PHASES, "dispatch")}
+    row: dict[str, Any] = {
+        name: 1e3 * timings[name].median
+        for name in (*PHASES, "dispatch", "empty_loop", "empty_loop_0")
+    }
     row["phases_sum"] = sum(row[name] for name in PHASES)
     row["splr_per_iter"] = 1e3 * timings["splr"].median / max(k, 1)
     row["regot_per_iter"] = 1e3 * timings["regot"].median / max(cpp_iters, 1)
     for name, ms in regot_phases(problem, eta, tol, max_iter).items():
         row[f"regot_{name}"] = ms
-    row["ls_evals_here"] = evals_here
+    row.update(counts)
+    # One trip of each nested loop: its phase after the call's dispatch, over its trips (the
+    # threshold's includes its min/max passes, CG's its preconditioner and right-hand side).
+    for name, phase, trips in (
+        ("threshold_trip", "threshold", counts["threshold_trips"]),
+        ("cg_step", "cg", counts["cg_steps"]),
+        ("ls_eval", "line_search", counts["ls_evals_here"]),
+    ):
+        row[name] = (row[phase] - row["dispatch"]) / max(trips, 1)
+    loop_trips = max(counts["empty_loop_trips"], 1)
+    row["empty_loop_trip"] = (row["empty_loop"] - row["empty_loop_0"]) / loop_trips
     row["ls_evals_per_iter"] = (int(raw.n_evals) - 1) / max(k, 1)
     row["density"] = density
     row["splr_iters"], row["regot_iters"] = k, cpp_iters

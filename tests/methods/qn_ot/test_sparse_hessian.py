@@ -4,7 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.methods.qn_ot.sparse_hessian import next_density, sparsify, sparsify_above
+from jaxlab.methods.qn_ot.sparse_hessian import (
+    next_density,
+    sparsify,
+    sparsify_above,
+    top_threshold,
+)
 from jaxlab.ot.dual import dual_hessian
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 
@@ -47,6 +52,23 @@ def test_density_follows_its_definition(x64, density):
     top = top.reshape(n, m1)
     top[0, :] = top[:, 0] = True
     np.testing.assert_array_equal(np.asarray(H.S) != 0, top)
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "underflow", "uniform"])
+def test_top_threshold_is_the_exact_kth_largest(x64, kind):
+    # The k-th largest by a full sort, whatever the shape of the distribution: heavy tails, a
+    # plan whose small entries underflow to 0 (η = 1e-3), values spread linearly.
+    rng = np.random.default_rng(3)
+    v = {
+        "lognormal": np.exp(3.0 * rng.normal(size=5000) - 20.0),
+        "underflow": np.exp(np.minimum(rng.normal(size=5000) * 400.0, 0.0)),
+        "uniform": rng.random(5000),
+    }[kind]
+    ordered = -np.sort(-v)
+    for density in (0.0003, 0.001, 0.01, 0.1, 0.5, 1.0):
+        k = int(np.floor(density * v.size))
+        assert float(top_threshold(jnp.asarray(v), density)) == ordered[k - 1], density
+    assert float(top_threshold(jnp.asarray(v), 0.0)) == np.inf
 
 
 def test_density_schedule_stays_in_bounds(x64):
