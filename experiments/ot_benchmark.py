@@ -27,7 +27,7 @@ from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import save_figure, traces_figure
-from jaxlab.data.ot_problems import make_problem
+from jaxlab.data.ot_problems import make_problem, parse_problem_spec
 from jaxlab.methods.qn_ot import Method
 from jaxlab.methods.qn_ot.runners import (
     jaxlab_runner,
@@ -62,11 +62,7 @@ class Config:
     def __post_init__(self):
         check(len(self.problems) > 0, "problems is empty; name at least one, e.g. synthetic1:200")
         for spec in self.problems:
-            kind, _, n = spec.partition(":")
-            check(
-                kind in ("synthetic1", "synthetic2", "mnist") and n.isdigit() and int(n) >= 2,
-                f"problems entries look like synthetic1:200 or mnist:784, got {spec!r}",
-            )
+            parse_problem_spec(spec)
         check(len(self.etas) > 0, "etas is empty; give at least one, e.g. etas=0.01")
         names = {m.value for m in Method}
         for m in self.methods:
@@ -150,8 +146,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     # The 1e-8 tolerance needs float64; scoped, so the rest of the process keeps its precision.
     with jax.enable_x64(True), MetricWriter(workdir, tensorboard=False) as writer:
         for spec in cfg.problems:
-            kind, _, n = spec.partition(":")
-            problem = make_problem(kind, int(n), seed=cfg.seed)
+            problem = make_problem(*parse_problem_spec(spec), seed=cfg.seed)
             for eta in cfg.etas:
                 case = f"{problem.name}_eta{eta:g}"
                 ref, ref_err = reference_plan(problem, eta)

@@ -25,7 +25,7 @@ import jax
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.metrics import MetricWriter
-from jaxlab.data.ot_problems import make_problem
+from jaxlab.data.ot_problems import make_problem, parse_problem_spec
 from jaxlab.methods.qn_ot.anatomy import PHASES, splr_anatomy
 
 
@@ -41,11 +41,7 @@ class Config:
     def __post_init__(self):
         check(len(self.problems) > 0, "problems is empty; name at least one, e.g. synthetic1:200")
         for spec in self.problems:
-            kind, _, n = spec.partition(":")
-            check(
-                kind in ("synthetic1", "synthetic2", "mnist") and n.isdigit() and int(n) >= 2,
-                f"problems entries look like synthetic1:200 or mnist:784, got {spec!r}",
-            )
+            parse_problem_spec(spec)
         check(len(self.etas) > 0 and all(e > 0 for e in self.etas), "etas must be positive")
         check(self.tol > 0 and self.max_iter >= 1 and self.repeats >= 1, "tol, max_iter, repeats")
 
@@ -66,8 +62,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     with jax.enable_x64(True), MetricWriter(workdir, tensorboard=False) as writer:
         step = 0
         for spec in cfg.problems:
-            kind, _, n = spec.partition(":")
-            problem = make_problem(kind, int(n), seed=cfg.seed)
+            problem = make_problem(*parse_problem_spec(spec), seed=cfg.seed)
             for eta in cfg.etas:
                 case = f"{problem.name}_eta{eta:g}"
                 row = splr_anatomy(

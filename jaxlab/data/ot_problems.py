@@ -24,7 +24,15 @@ from jaxtyping import Float
 
 from jaxlab.core.errors import ConfigError
 
-__all__ = ["OTProblem", "image_cost", "make_problem", "mnist_pair", "synthetic_1", "synthetic_2"]
+__all__ = [
+    "OTProblem",
+    "image_cost",
+    "make_problem",
+    "mnist_pair",
+    "parse_problem_spec",
+    "synthetic_1",
+    "synthetic_2",
+]
 
 
 class OTProblem(NamedTuple):
@@ -108,6 +116,15 @@ def mnist_pair(
 
     name = f"mnist_{index_a}_{index_b}"
     return OTProblem(image_cost(side), hist(images[index_a]), hist(images[index_b]), name)
+
+
+def parse_problem_spec(spec: str) -> tuple[str, int]:
+    """``"synthetic1:200"`` -> ``("synthetic1", 200)``, the experiments' way of naming a problem;
+    anything else is a one-line ConfigError."""
+    kind, _, n = spec.partition(":")
+    if kind not in ("synthetic1", "synthetic2", "mnist") or not n.isdigit() or int(n) < 2:
+        raise ConfigError(f"problems entries look like synthetic1:200 or mnist:784, got {spec!r}")
+    return kind, int(n)
 
 
 def make_problem(kind: str, n: int, seed: int = 0) -> OTProblem:
