@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.data.ot_problems import image_cost, make_problem, mnist_pair, synthetic_1, synthetic_2
+from jaxlab.data.ot_problems import (
+    image_cost,
+    make_problem,
+    mnist_pair,
+    parse_problem_spec,
+    synthetic_1,
+    synthetic_2,
+)
 
 
 @pytest.mark.parametrize("gen", [synthetic_1, synthetic_2])
@@ -36,3 +43,10 @@ def test_mnist_pair_histograms_and_l1_grid_cost():
 def test_shipped_mnist_pair():
     p = make_problem("mnist", 784)
     assert p.cost.shape == (784, 784) and np.all(p.b > 0)
+
+
+def test_problem_specs_parse_or_say_what_to_write():
+    assert parse_problem_spec("synthetic1:200") == ("synthetic1", 200)
+    for bad in ("synthetic1", "sinkhorn:200", "mnist:x", "synthetic2:1"):
+        with pytest.raises(ConfigError, match="look like synthetic1:200"):
+            parse_problem_spec(bad)
