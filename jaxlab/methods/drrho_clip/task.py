@@ -219,13 +219,12 @@ class CLIPTask:
         def head(img, txt):
             return self._objective(img, txt, ref, batch, task_state["tables"])
 
-        objective, (metrics, tables) = head(img, txt)
-        # Which pairs the step trains on: the share of noisy pairs among them (JEST: among the
-        # kept ones) and the share of the embedding-gradient norm that lands on them.
+        # One pass of the head gives the objective and its pullback to the embeddings, for the
+        # share of the embedding-gradient norm that lands on noisy pairs (a metric: no gradient
+        # flows through it), beside the share of noisy pairs the step trains on (JEST: kept ones).
+        objective, pullback, (metrics, tables) = jax.vjp(head, img, txt, has_aux=True)
+        grads = jax.lax.stop_gradient(pullback(jnp.ones_like(objective)))
         noisy_B = ~batch["matched"]
-        grads = jax.grad(lambda i, t: head(i, t)[0], argnums=(0, 1))(
-            jax.lax.stop_gradient(img), jax.lax.stop_gradient(txt)
-        )
         metrics["noisy_share"] = jnp.mean(noisy_B)
         metrics["grad_share_noisy"] = noisy_gradient_share(img, txt, *grads, noisy_B)
         metrics["clip_loss"] = L.clip_loss(
