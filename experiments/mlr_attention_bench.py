@@ -303,7 +303,7 @@ PRODUCT_SPECS = {
     "pv": "hqk,hkd->hqd",
     "dv": "hkq,hqd->hkd",
     "dp": "hkd,hqd->hkq",
-    "dq": "hkq,hkw->hqw",
+    "dq": "hwk,hkq->hwq",  # dQ^T = K^T dS^T, with K^T built once per region
     "dk": "hkq,hqw->hkw",
 }
 

@@ -325,6 +325,11 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     r = region
     big = -_MASK_VALUE  # padded queries: p = exp(s - big) = 0
     k, vv = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
+    # dQ = dS K contracts the keys, the leading axis of dS in the keys-first layout below; XLA
+    # CPU runs that form on a slow path whose time hardly falls with the width w. As
+    # dQ^T = K^T dS^T with K^T built once per region (outside the scan) it is a plain product
+    # whose time scales with w (mlr_attention_bench's timed-products breakdown).
+    k_t = jnp.swapaxes(k, -1, -2)  # (B, n, H, w, K)
     q_pos, seg_q = _step_inputs(r)
     acc = accumulation_dtype(q_c, k_w, v)
     acc_kw = dict(preferred_element_type=acc)
@@ -332,8 +337,8 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     def step(carry, xs):
         dk, dv = carry
         q_t, do_t, lse_t, delta_t, pos, seg = xs
-        # keys first: every product below but dQ's contracts the last axis of its first operand;
-        # XLA CPU sends products that contract a leading axis to a slower matmul path
+        # keys first: every product below contracts the last axis of its first operand (dQ
+        # through K^T, above); XLA CPU sends products contracting a leading axis to a slower path
         s_t, keep = _step_logits(r, q_t, k, pos, seg, keys_first=True)  # (B, n, H, K, rows)
         p_t = jnp.exp(s_t - lse_t[..., None, :])
         if keep is not None:
@@ -341,7 +346,7 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
         dv = dv + jnp.einsum("bnhkq,bnhqd->bnhkd", p_t.astype(do_t.dtype), do_t, **acc_kw)
         dp_t = jnp.einsum("bnhkd,bnhqd->bnhkq", vv, do_t, **acc_kw)
         ds_t = (p_t * (dp_t - delta_t[..., None, :])).astype(k.dtype)
-        dq_t = jnp.einsum("bnhkq,bnhkw->bnhqw", ds_t, k, **acc_kw)
+        dq_t = jnp.einsum("bnhwk,bnhkq->bnhwq", k_t, ds_t, **acc_kw)  # dQ^T, (B, n, H, w, rows)
         dk = dk + jnp.einsum("bnhkq,bnhqw->bnhkw", ds_t, q_t, **acc_kw)
         return (dk, dv), dq_t
 
@@ -350,6 +355,7 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     zeros = lambda x: jnp.zeros(x.shape, acc)
     (dk, dv), dq = jax.lax.scan(step, (zeros(k), zeros(vv)), xs)
     unpick = lambda pick, x, g: jax.linear_transpose(pick, x)(g.astype(x.dtype))[0]
+    dq = jnp.swapaxes(dq, -1, -2)  # back to (steps, B, n, H, rows, w), once after the scan
     return (unpick(r.pick_q, q_c, r.unqueries(dq)), unpick(r.pick_k, k_w, jnp.moveaxis(dk, 2, 3)),
             unpick(r.pick_k, v, jnp.moveaxis(dv, 2, 3)))  # fmt: skip
 
