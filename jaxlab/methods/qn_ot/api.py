@@ -154,22 +154,21 @@ _CACHE: dict[Any, Any] = {}
 class CompiledSolve(NamedTuple):
     """A solve ready to run: the AOT-compiled solver and its float64 inputs.
 
-    Calling it runs the compiled program once and returns the :class:`RawSolution` (what
-    :mod:`jaxlab.core.timing` times); :meth:`output` turns that into an :class:`OTOutput`.
+    Calling it runs the compiled program once and returns its :class:`OTOutput` with
+    ``seconds = nan`` (what :mod:`jaxlab.core.timing` times: the solve and its plan, as the
+    authors' ``regot`` returns its plan); :meth:`output` fills in the measured seconds.
     """
 
     compiled: Any
     args: tuple[Any, ...]
 
-    def __call__(self) -> RawSolution:
+    def __call__(self) -> OTOutput:
         with jax.enable_x64(True):
             return self.compiled(*self.args)
 
-    def output(self, raw: RawSolution, seconds: float) -> OTOutput:
-        """The :class:`OTOutput` of ``raw``, with ``seconds`` as its wall time."""
-        cost, _, _, epsilon = self.args[:4]
-        with jax.enable_x64(True):
-            return to_output(raw, cost, epsilon, seconds)
+    def output(self, out: OTOutput, seconds: float) -> OTOutput:
+        """``out`` with ``seconds`` as its wall time."""
+        return out._replace(seconds=seconds)
 
 
 def _settings(method, tol, max_iter, options):
@@ -222,25 +221,35 @@ def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> Compi
     check_inputs(a, b, cost, epsilon, init)
     opts = tuple(sorted(options.items()))
     with jax.enable_x64(True):
-        args = tuple(jnp.asarray(x, jnp.float64) for x in (cost, a, b, epsilon))
+        # Converted by numpy and copied to the device: a jnp conversion of a Python float or a
+        # float32 array would compile a one-op program of its own (tens of ms on a first call).
+        args = tuple(_to_device(x) for x in (cost, a, b, epsilon))
         if init is not None:
-            init = tuple(jnp.asarray(p, jnp.float64) for p in init)
+            init = tuple(_to_device(p) for p in init)
         key = (method, tol, max_iter, opts, init is None) + tuple((x.shape, x.dtype) for x in args)
         if key not in _CACHE:
             _use_persistent_cache()
 
             def run(cost, a, b, epsilon, init):
-                return _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)
+                raw = _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)
+                # The plan and potentials are formed inside the one compiled program: eagerly,
+                # each of their few ops would be a separate compilation on the first call.
+                return to_output(raw, cost, epsilon, jnp.nan)
 
             _CACHE[key] = jax.jit(run).lower(*args, init).compile()
     return CompiledSolve(_CACHE[key], (*args, init))
 
 
-def _timed(fn: Callable[[], RawSolution]) -> tuple[RawSolution, float]:
-    """One blocked call of ``fn``, timed by :mod:`jaxlab.core.timing` (already compiled)."""
-    results: list[RawSolution] = []
+def _to_device(x: Any) -> jax.Array:
+    """``x`` as a float64 device array, converted without compiling anything."""
+    return jax.device_put(np.asarray(x, np.float64))
 
-    def call() -> RawSolution:
+
+def _timed(fn: Callable[[], OTOutput]) -> tuple[OTOutput, float]:
+    """One blocked call of ``fn``, timed by :mod:`jaxlab.core.timing` (already compiled)."""
+    results: list[OTOutput] = []
+
+    def call() -> OTOutput:
         results.append(fn())
         return results[-1]
 
