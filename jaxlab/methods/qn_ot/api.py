@@ -17,7 +17,10 @@ Compilation: a concrete call compiles the solver ahead of time once per (method,
 shapes) and process, and turns on JAX's persistent compilation cache as ``experiments/run.py``
 does (:mod:`jaxlab.core.compile_cache`: the user's cache directory; ``JAXLAB_COMPILATION_CACHE``
 names another directory or ``off``; a cache directory configured in JAX itself is left alone), so
-the first solve of a later process loads the program from disk instead of compiling it.
+the first solve of a later process loads the program from disk instead of compiling it. A first
+call compiles exactly one program (inputs are converted by numpy, the plan is formed inside it),
+and small problems are compiled with options that shorten XLA's code generation
+(:func:`compiler_options`).
 """
 
 from __future__ import annotations
@@ -43,11 +46,22 @@ from jaxlab.ot.output import OTOutput, RawSolution, to_output
 from jaxlab.ot.problem import check_inputs, check_positive, is_traced, unpack_cost
 from jaxlab.ot.sinkhorn import sinkhorn
 
-__all__ = ["CompiledSolve", "Method", "OTOutput", "compile_solve", "options_of", "solve"]
+__all__ = [
+    "CompiledSolve",
+    "Method",
+    "OTOutput",
+    "compile_solve",
+    "compiler_options",
+    "options_of",
+    "solve",
+]
 
 # The smallest ‖g‖₂ tolerance a float32 solve is asked to reach (marginals of mass 1 carry
 # rounding errors of ~1e-7 per entry).
 FLOAT32_MIN_TOL = 1e-6
+# Plans up to this many entries are compiled with XLA CPU's loop emitters instead of its MLIR
+# fusion emitters (see compiler_options).
+FAST_COMPILE_MAX_ENTRIES = 40_000
 
 
 class Method(enum.StrEnum):
@@ -236,8 +250,27 @@ def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> Compi
                 # each of their few ops would be a separate compilation on the first call.
                 return to_output(raw, cost, epsilon, jnp.nan)
 
-            _CACHE[key] = jax.jit(run).lower(*args, init).compile()
+            options = compiler_options(args[0].shape, args[0].device.platform)
+            _CACHE[key] = jax.jit(run).lower(*args, init).compile(compiler_options=options)
     return CompiledSolve(_CACHE[key], (*args, init))
+
+
+def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, Any] | None:
+    """XLA options for compiling one solve of a cost of shape ``cost_shape`` on ``platform``.
+
+    On CPU, most of a first call's compile time is XLA's code generation, and its MLIR fusion
+    emitters (the default) spend most of that. Its older loop emitters build the same program
+    (the same iterations, iterates equal up to rounding) in much less time, but their scatter
+    (the ``segment_sum`` of the gathered CG products) runs slower, which shows on CG-heavy large
+    solves such as the MNIST pairs (the qn_ot README has the measurements). So the loop emitters
+    serve small plans (at most :data:`FAST_COMPILE_MAX_ENTRIES` entries), where a solve takes
+    milliseconds and the compile is nearly all of a first call; larger plans and other platforms
+    keep XLA's defaults.
+    The options apply to this one program only, not to the process.
+    """
+    if platform == "cpu" and int(np.prod(cost_shape)) <= FAST_COMPILE_MAX_ENTRIES:
+        return {"xla_cpu_use_fusion_emitters": False}
+    return None
 
 
 def _to_device(x: Any) -> jax.Array:

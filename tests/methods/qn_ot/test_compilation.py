@@ -6,8 +6,13 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
+from jaxlab.data.ot_problems import synthetic_1
 from jaxlab.methods.qn_ot import api
+from jaxlab.methods.qn_ot.splr import splr
 from tests.conftest import REPO
 
 
@@ -46,3 +51,45 @@ def test_a_cache_configured_in_jax_is_left_alone(tmp_path, monkeypatch):
         assert jax.config.jax_compilation_cache_dir == mine
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
+
+
+@pytest.mark.parametrize(
+    "shape, platform, fast",
+    [
+        ((200, 200), "cpu", True),  # 40,000 entries: the largest plan compiled for speed
+        ((2, 3), "cpu", True),
+        ((200, 201), "cpu", False),
+        ((784, 784), "cpu", False),  # CG-heavy MNIST pairs keep XLA's faster scatter
+        ((200, 200), "gpu", False),
+        ((200, 200), "tpu", False),
+    ],
+)
+def test_small_cpu_plans_compile_with_the_loop_emitters(shape, platform, fast):
+    options = api.compiler_options(shape, platform)
+    assert options == ({"xla_cpu_use_fusion_emitters": False} if fast else None)
+
+
+def test_the_fast_compile_options_give_the_same_iterates(x64):
+    """The options change code generation only: SPLR takes the same iterations and evaluations to
+    the same solution (up to rounding: the emitters may order a reduction differently), on the
+    CG path with the gathered Hessian, whose scatter the two emitters generate differently."""
+    p = synthetic_1(30)
+    args = tuple(jnp.asarray(v, jnp.float64) for v in (p.cost, p.a, p.b, 1e-2))
+
+    def run(cost, a, b, epsilon):
+        return splr(cost, a, b, epsilon, linear_solver="sparse_cg", max_iter=200)
+
+    fast = jax.jit(run).lower(*args).compile(api.compiler_options(p.cost.shape, "cpu"))
+    default = jax.jit(run).lower(*args).compile()
+    out_fast, out_default = fast(*args), default(*args)
+    assert bool(out_default.converged) and int(out_default.n_iter) > 3
+    assert int(out_fast.n_iter) == int(out_default.n_iter)
+    assert int(out_fast.n_evals) == int(out_default.n_evals)
+    np.testing.assert_allclose(np.asarray(out_fast.x), np.asarray(out_default.x), rtol=1e-9)
+
+
+def test_solve_compiles_with_its_compiler_options(monkeypatch):
+    """The options reach XLA: an unknown one makes the compile of a fresh solve fail."""
+    monkeypatch.setattr(api, "compiler_options", lambda shape, platform: {"no_such_option": 1})
+    with pytest.raises(Exception, match="no_such_option"):
+        api.compile_solve(np.ones(4) / 4, np.ones(4) / 4, np.eye(4), epsilon=0.5, tol=3.21e-7)
