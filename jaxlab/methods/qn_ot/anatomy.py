@@ -32,7 +32,7 @@ from jaxlab.methods.qn_ot.api import compile_solve
 from jaxlab.methods.qn_ot.gathered_hessian import default_capacity, gathered_above
 from jaxlab.methods.qn_ot.runners import import_regot
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
-from jaxlab.ot.dual import dual_value_grad
+from jaxlab.ot.dual import dual_value_grad, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.linsolve import schur_cg
 
@@ -154,13 +154,13 @@ def splr_anatomy(
     full = compile_solve(
         problem.a, problem.b, problem.cost, epsilon=eta, tol=tol, max_iter=max_iter
     )
-    raw = full()
-    k = int(raw.n_iter)
+    out = full()
+    k = int(out.n_iter)
     mid = compile_solve(
         problem.a, problem.b, problem.cost, epsilon=eta, tol=tol, max_iter=max(k // 2, 1)
     )
-    x = mid().x
-    density = float(np.asarray(raw.densities)[max(k // 2, 1)])
+    x = join(*mid().potentials)
+    density = float(np.asarray(out.densities)[max(k // 2, 1)])
     n, m = problem.cost.shape
     capacity = default_capacity(n, m, density_max)
     calls, counts = _phase_fns(problem, eta, x, density, capacity, cg_tol)
@@ -191,7 +191,7 @@ def splr_anatomy(
         row[name] = (row[phase] - row["dispatch"]) / max(trips, 1)
     loop_trips = max(counts["empty_loop_trips"], 1)
     row["empty_loop_trip"] = (row["empty_loop"] - row["empty_loop_0"]) / loop_trips
-    row["ls_evals_per_iter"] = (int(raw.n_evals) - 1) / max(k, 1)
+    row["ls_evals_per_iter"] = (int(out.n_evals) - 1) / max(k, 1)
     row["density"] = density
     row["splr_iters"], row["regot_iters"] = k, cpp_iters
     row["splr_over_regot_seconds"] = timings["splr"].median / timings["regot"].median

@@ -17,7 +17,10 @@ Compilation: a concrete call compiles the solver ahead of time once per (method,
 shapes) and process, and turns on JAX's persistent compilation cache as ``experiments/run.py``
 does (:mod:`jaxlab.core.compile_cache`: the user's cache directory; ``JAXLAB_COMPILATION_CACHE``
 names another directory or ``off``; a cache directory configured in JAX itself is left alone), so
-the first solve of a later process loads the program from disk instead of compiling it.
+the first solve of a later process loads the program from disk instead of compiling it. A first
+call compiles exactly one program (inputs are converted by numpy, the plan is formed inside it),
+and small problems are compiled with options that shorten XLA's code generation
+(:func:`compiler_options`).
 """
 
 from __future__ import annotations
@@ -43,11 +46,22 @@ from jaxlab.ot.output import OTOutput, RawSolution, to_output
 from jaxlab.ot.problem import check_inputs, check_positive, is_traced, unpack_cost
 from jaxlab.ot.sinkhorn import sinkhorn
 
-__all__ = ["CompiledSolve", "Method", "OTOutput", "compile_solve", "options_of", "solve"]
+__all__ = [
+    "CompiledSolve",
+    "Method",
+    "OTOutput",
+    "compile_solve",
+    "compiler_options",
+    "options_of",
+    "solve",
+]
 
 # The smallest ‖g‖₂ tolerance a float32 solve is asked to reach (marginals of mass 1 carry
 # rounding errors of ~1e-7 per entry).
 FLOAT32_MIN_TOL = 1e-6
+# Plans up to this many entries are compiled with XLA CPU's loop emitters instead of its MLIR
+# fusion emitters (see compiler_options).
+FAST_COMPILE_MAX_ENTRIES = 40_000
 
 
 class Method(enum.StrEnum):
@@ -154,22 +168,21 @@ _CACHE: dict[Any, Any] = {}
 class CompiledSolve(NamedTuple):
     """A solve ready to run: the AOT-compiled solver and its float64 inputs.
 
-    Calling it runs the compiled program once and returns the :class:`RawSolution` (what
-    :mod:`jaxlab.core.timing` times); :meth:`output` turns that into an :class:`OTOutput`.
+    Calling it runs the compiled program once and returns its :class:`OTOutput` with
+    ``seconds = nan`` (what :mod:`jaxlab.core.timing` times: the solve and its plan, as the
+    authors' ``regot`` returns its plan); :meth:`output` fills in the measured seconds.
     """
 
     compiled: Any
     args: tuple[Any, ...]
 
-    def __call__(self) -> RawSolution:
+    def __call__(self) -> OTOutput:
         with jax.enable_x64(True):
             return self.compiled(*self.args)
 
-    def output(self, raw: RawSolution, seconds: float) -> OTOutput:
-        """The :class:`OTOutput` of ``raw``, with ``seconds`` as its wall time."""
-        cost, _, _, epsilon = self.args[:4]
-        with jax.enable_x64(True):
-            return to_output(raw, cost, epsilon, seconds)
+    def output(self, out: OTOutput, seconds: float) -> OTOutput:
+        """``out`` with ``seconds`` as its wall time."""
+        return out._replace(seconds=seconds)
 
 
 def _settings(method, tol, max_iter, options):
@@ -222,25 +235,54 @@ def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> Compi
     check_inputs(a, b, cost, epsilon, init)
     opts = tuple(sorted(options.items()))
     with jax.enable_x64(True):
-        args = tuple(jnp.asarray(x, jnp.float64) for x in (cost, a, b, epsilon))
+        # Converted by numpy and copied to the device: a jnp conversion of a Python float or a
+        # float32 array would compile a one-op program of its own (tens of ms on a first call).
+        args = tuple(_to_device(x) for x in (cost, a, b, epsilon))
         if init is not None:
-            init = tuple(jnp.asarray(p, jnp.float64) for p in init)
+            init = tuple(_to_device(p) for p in init)
         key = (method, tol, max_iter, opts, init is None) + tuple((x.shape, x.dtype) for x in args)
         if key not in _CACHE:
             _use_persistent_cache()
 
             def run(cost, a, b, epsilon, init):
-                return _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)
+                raw = _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)
+                # The plan and potentials are formed inside the one compiled program: eagerly,
+                # each of their few ops would be a separate compilation on the first call.
+                return to_output(raw, cost, epsilon, jnp.nan)
 
-            _CACHE[key] = jax.jit(run).lower(*args, init).compile()
+            options = compiler_options(args[0].shape, args[0].device.platform)
+            _CACHE[key] = jax.jit(run).lower(*args, init).compile(compiler_options=options)
     return CompiledSolve(_CACHE[key], (*args, init))
 
 
-def _timed(fn: Callable[[], RawSolution]) -> tuple[RawSolution, float]:
-    """One blocked call of ``fn``, timed by :mod:`jaxlab.core.timing` (already compiled)."""
-    results: list[RawSolution] = []
+def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, Any] | None:
+    """XLA options for compiling one solve of a cost of shape ``cost_shape`` on ``platform``.
 
-    def call() -> RawSolution:
+    On CPU, most of a first call's compile time is XLA's code generation, and its MLIR fusion
+    emitters (the default) spend most of that. Its older loop emitters build the same program
+    (the same iterations, iterates equal up to rounding) in much less time, but their scatter
+    (the ``segment_sum`` of the gathered CG products) runs slower, which shows on CG-heavy large
+    solves such as the MNIST pairs (the qn_ot README has the measurements). So the loop emitters
+    serve small plans (at most :data:`FAST_COMPILE_MAX_ENTRIES` entries), where a solve takes
+    milliseconds and the compile is nearly all of a first call; larger plans and other platforms
+    keep XLA's defaults.
+    The options apply to this one program only, not to the process.
+    """
+    if platform == "cpu" and int(np.prod(cost_shape)) <= FAST_COMPILE_MAX_ENTRIES:
+        return {"xla_cpu_use_fusion_emitters": False}
+    return None
+
+
+def _to_device(x: Any) -> jax.Array:
+    """``x`` as a float64 device array, converted without compiling anything."""
+    return jax.device_put(np.asarray(x, np.float64))
+
+
+def _timed(fn: Callable[[], OTOutput]) -> tuple[OTOutput, float]:
+    """One blocked call of ``fn``, timed by :mod:`jaxlab.core.timing` (already compiled)."""
+    results: list[OTOutput] = []
+
+    def call() -> OTOutput:
         results.append(fn())
         return results[-1]
 

@@ -87,8 +87,8 @@ def jaxlab_runner(
         problem.a, problem.b, problem.cost, epsilon=eta, method=method, tol=tol, max_iter=max_iter
     )
 
-    def row(raw, seconds):
-        out = compiled.output(raw, seconds)
+    def row(result, seconds):
+        out = compiled.output(result, seconds)
         k = int(out.n_iter)
         errors = np.asarray(out.errors[: k + 1])
         times = np.linspace(0.0, seconds, k + 1)

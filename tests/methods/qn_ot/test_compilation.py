@@ -1,23 +1,32 @@
 """What the first solve of a process pays: no ott-jax import for a matrix, the persistent cache."""
 
 import os
+import re
 import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
+from jaxlab.data.ot_problems import synthetic_1
 from jaxlab.methods.qn_ot import api
+from jaxlab.methods.qn_ot.splr import splr
 from tests.conftest import REPO
 
 
-def test_a_matrix_solve_does_not_import_ott_and_uses_the_cache(tmp_path):
-    """Importing ott-jax costs seconds; a cost matrix needs none of it. The solve turns the
-    persistent compilation cache on in the directory ``JAXLAB_COMPILATION_CACHE`` names."""
+def test_a_matrix_solve_compiles_one_program_imports_no_ott_and_uses_the_cache(tmp_path):
+    """Importing ott-jax costs seconds; a cost matrix needs none of it. Every compilation costs
+    time on the first call, so the input conversion, the solve and its plan and potentials are one
+    program. The solve turns the persistent compilation cache on in the directory
+    ``JAXLAB_COMPILATION_CACHE`` names."""
     code = (
         "import sys, numpy as np, jax\n"
+        "jax.config.update('jax_log_compiles', True)\n"
         "from jaxlab.methods.qn_ot import solve\n"
         "out = solve(np.ones(3) / 3, np.ones(3) / 3, np.eye(3), epsilon=1.0)\n"
-        "assert bool(out.converged)\n"
+        "assert bool(out.converged) and out.matrix.shape == (3, 3)\n"
         "print('ott' in sys.modules, jax.config.jax_compilation_cache_dir)\n"
     )
     env = {**os.environ, "JAXLAB_COMPILATION_CACHE": str(tmp_path / "cache")}
@@ -27,6 +36,8 @@ def test_a_matrix_solve_does_not_import_ott_and_uses_the_cache(tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["False", str(tmp_path / "cache")]
+    compiled = re.findall(r"Finished XLA compilation of (\S+)", done.stderr)
+    assert compiled == ["jit(run)"], compiled
     assert any((tmp_path / "cache").iterdir())  # the SPLR program was written
 
 
@@ -40,3 +51,45 @@ def test_a_cache_configured_in_jax_is_left_alone(tmp_path, monkeypatch):
         assert jax.config.jax_compilation_cache_dir == mine
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
+
+
+@pytest.mark.parametrize(
+    "shape, platform, fast",
+    [
+        ((200, 200), "cpu", True),  # 40,000 entries: the largest plan compiled for speed
+        ((2, 3), "cpu", True),
+        ((200, 201), "cpu", False),
+        ((784, 784), "cpu", False),  # CG-heavy MNIST pairs keep XLA's faster scatter
+        ((200, 200), "gpu", False),
+        ((200, 200), "tpu", False),
+    ],
+)
+def test_small_cpu_plans_compile_with_the_loop_emitters(shape, platform, fast):
+    options = api.compiler_options(shape, platform)
+    assert options == ({"xla_cpu_use_fusion_emitters": False} if fast else None)
+
+
+def test_the_fast_compile_options_give_the_same_iterates(x64):
+    """The options change code generation only: SPLR takes the same iterations and evaluations to
+    the same solution (up to rounding: the emitters may order a reduction differently), on the
+    CG path with the gathered Hessian, whose scatter the two emitters generate differently."""
+    p = synthetic_1(30)
+    args = tuple(jnp.asarray(v, jnp.float64) for v in (p.cost, p.a, p.b, 1e-2))
+
+    def run(cost, a, b, epsilon):
+        return splr(cost, a, b, epsilon, linear_solver="sparse_cg", max_iter=200)
+
+    fast = jax.jit(run).lower(*args).compile(api.compiler_options(p.cost.shape, "cpu"))
+    default = jax.jit(run).lower(*args).compile()
+    out_fast, out_default = fast(*args), default(*args)
+    assert bool(out_default.converged) and int(out_default.n_iter) > 3
+    assert int(out_fast.n_iter) == int(out_default.n_iter)
+    assert int(out_fast.n_evals) == int(out_default.n_evals)
+    np.testing.assert_allclose(np.asarray(out_fast.x), np.asarray(out_default.x), rtol=1e-9)
+
+
+def test_solve_compiles_with_its_compiler_options(monkeypatch):
+    """The options reach XLA: an unknown one makes the compile of a fresh solve fail."""
+    monkeypatch.setattr(api, "compiler_options", lambda shape, platform: {"no_such_option": 1})
+    with pytest.raises(Exception, match="no_such_option"):
+        api.compile_solve(np.ones(4) / 4, np.ones(4) / 4, np.eye(4), epsilon=0.5, tol=3.21e-7)
