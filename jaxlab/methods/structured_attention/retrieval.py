@@ -70,13 +70,16 @@ class RetrievalTask:
     """Fresh recall prompts per step (a :class:`jaxlab.core.task.Task` for the shared loop)."""
 
     model: ICLConfig
+    query_noise: float = 0.0  # the query is its key plus this times a fresh key (data module)
     max_steps: int = 1_000_000  # length of the index stream the training pipeline maps over
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         return RetrievalModel(self.model, rngs=rngs)
 
     def _batch(self, seed: int, index: int, batch_size: int) -> dict:
-        batch = retrieval_batch(seed, index, batch_size, self.model.dim, self.model.n_points)
+        batch = retrieval_batch(
+            seed, index, batch_size, self.model.dim, self.model.n_points, self.query_noise
+        )
         del batch["index"]
         return batch
 

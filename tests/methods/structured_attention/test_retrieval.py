@@ -1,5 +1,5 @@
-"""The recall probe: its prompts hold the answer at the query's key, and the one-layer model's
-FLOP count is the closed form of its maps."""
+"""The recall probe: its prompts hold the answer at the query's key (exactly, or under the query
+noise of its stated size), and the one-layer model's FLOP count is the closed form of its maps."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +10,7 @@ from flax import nnx
 from jaxlab.core.flops import dot_flops
 from jaxlab.data.icl_retrieval import retrieval_batch
 from jaxlab.methods.structured_attention.icl_model import ICLConfig
-from jaxlab.methods.structured_attention.retrieval import RetrievalModel, RetrievalTask
+from jaxlab.methods.structured_attention.retrieval import EVAL_SEED, RetrievalModel, RetrievalTask
 
 
 def test_the_query_is_one_of_the_keys_and_the_target_its_value():
@@ -21,6 +21,26 @@ def test_the_query_is_one_of_the_keys_and_the_target_its_value():
     again = retrieval_batch(3, 7, 16, 5, 9)
     assert all(np.array_equal(b[k], again[k]) for k in b)  # a pure function of (seed, index)
     assert not np.array_equal(b["xs"], retrieval_batch(3, 8, 16, 5, 9)["xs"])
+
+
+def test_query_noise_is_a_fresh_key_scaled_and_leaves_the_prompt_alone():
+    d, sigma = 8, 0.7
+    exact = retrieval_batch(5, 2, 4000, d, 3)
+    noisy = retrieval_batch(5, 2, 4000, d, 3, query_noise=sigma)
+    for k in ("xs", "ys", "target", "index"):  # the same keys, values and draws of j
+        np.testing.assert_array_equal(noisy[k], exact[k])
+    diff = (noisy["query"] - exact["query"]).astype(np.float64)
+    # Each coordinate of a key is N(0, 1/d), so the noise's is N(0, sigma^2 / d): 32,000 draws put
+    # the sample variance within 3%. Fresh, so independent of every key of its prompt: its dot
+    # product with a key then has mean square sigma^2 / d (noise that copied a key would put
+    # sigma^2 on one of the N).
+    np.testing.assert_allclose(diff.var(), sigma**2 / d, rtol=0.03)
+    dots_BN = np.einsum("bd,bnd->bn", diff, exact["xs"].astype(np.float64))
+    np.testing.assert_allclose(np.mean(dots_BN**2), sigma**2 / d, rtol=0.1)
+    # The task hands its noise to the generator (its evaluation stream is retrieval_batch's).
+    task = RetrievalTask(ICLConfig(dim=d, n_points=3, d_model=16), query_noise=sigma)
+    got = task.eval_batches(4, 1)[0]["query"]
+    np.testing.assert_array_equal(got, retrieval_batch(EVAL_SEED, 0, 4, d, 3, sigma)["query"])
 
 
 def test_model_answers_from_attention_only_and_counts_its_flops():
