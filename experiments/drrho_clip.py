@@ -120,7 +120,9 @@ PRESETS = {
             test_pairs=96,
             held_out_pairs=32,
         ),  # fmt: skip
-        methods=("clip", "jest", "drrho", "drrho_weak"),
+        # The arms the smoke test pairs DRRho with; drrho_weak only swaps the reference (the weak
+        # one still trains and is evaluated as its own row), which test_pipeline.py pins.
+        methods=("clip", "jest", "drrho"),
         seeds=(0,),
     ),
     # The ViT-B/16 run of the paper (Sec. 5, Appendix): τ fixed at 0.01, ε = 1e-4, γ = 1, global

@@ -9,7 +9,11 @@ when complete, so a kill mid-save leaves the previous steps intact. On restore, 
 load (damaged files) is reported and the previous one is tried; if none loads the run stops with a
 :class:`~jaxlab.core.errors.RunError` — it never silently starts from scratch. In a multi-process
 run only process 0 moves damaged steps aside; the others wait for it at a barrier, then reload the
-directory listing, so no two processes rename the same directory.
+directory listing, so no two processes rename the same directory. ``state`` is written by orbax's
+PyTree handler with one change to its defaults: a replicated array is split across its replicas
+for writing (orbax's replica-parallel save) only when each replica's slice holds at least
+:data:`MIN_REPLICA_SLICE_BYTES`; below that, slicing costs a device program per slice and saves
+nothing.
 """
 
 from __future__ import annotations
@@ -29,12 +33,40 @@ from typing import Any, NamedTuple
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from jaxlab.core.errors import RunError, disk_full, is_disk_full
 
-__all__ = ["Checkpointer", "Restored"]
+__all__ = ["MIN_REPLICA_SLICE_BYTES", "Checkpointer", "Restored"]
+
+# A replicated array is written in per-replica slices only when each slice is at least this big.
+# Orbax slices every replicated array by default (except on GPU): each slice is a dispatched
+# device program, compiled once per slice shape and offset, which for the small arrays of a small
+# model costs far more than writing the whole array from one replica.
+MIN_REPLICA_SLICE_BYTES = 1 << 20
+
+
+def _state_handlers() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+    """The handler of the ``state`` item: orbax's PyTree handler (the one ``StandardSave`` wraps,
+    same files) with orbax's standard type handlers and :data:`MIN_REPLICA_SLICE_BYTES`."""
+    th = ocp.type_handlers
+    scalar = th.ScalarHandler()
+    types = th.create_type_handler_registry(
+        (int, scalar),
+        (float, scalar),
+        (bytes, scalar),
+        (np.number, scalar),
+        (np.ndarray, th.NumpyHandler()),
+        (jax.Array, th.ArrayHandler(min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)),
+        (str, th.StringHandler()),
+    )
+    handler = ocp.PyTreeCheckpointHandler(type_handler_registry=types)
+    registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    registry.add("state", ocp.args.PyTreeSave, handler)
+    registry.add("state", ocp.args.PyTreeRestore, handler)
+    return registry
 
 
 class Restored(NamedTuple):
@@ -126,6 +158,7 @@ class Checkpointer:
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=True, enable_async_checkpointing=False
             ),
+            handler_registry=_state_handlers(),
         )
 
     def steps(self) -> list[int]:
@@ -145,7 +178,7 @@ class Checkpointer:
             self.manager.save(
                 step,
                 args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state),
+                    state=ocp.args.PyTreeSave(state),
                     data=grain.checkpoint.CheckpointSave(iterator),
                     meta=ocp.args.JsonSave(meta),
                 ),
@@ -194,7 +227,12 @@ class Checkpointer:
                 restored = self.manager.restore(
                     step,
                     args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(abstract_state),
+                        state=ocp.args.PyTreeRestore(
+                            abstract_state,
+                            restore_args=ocp.checkpoint_utils.construct_restore_args(
+                                abstract_state
+                            ),
+                        ),
                         data=grain.checkpoint.CheckpointRestore(iterator),
                         meta=ocp.args.JsonRestore(),
                     ),

@@ -1,4 +1,6 @@
-"""Damaged checkpoints in a multi-process run: only the primary process moves them aside."""
+"""Checkpoints: a small replicated state is written without slicing it per replica and comes back
+on its shardings; damaged checkpoints in a multi-process run: only the primary process moves them
+aside."""
 
 import shutil
 
@@ -70,3 +72,46 @@ def test_the_primary_process_moves_damaged_steps_aside(damaged, tmp_path):
     restored, steps = _restore(tmp_path, primary=True, barrier=calls.append)
     assert restored.step == 2 and steps == [2] and len(calls) == 1
     assert (tmp_path / "damaged-checkpoint-4").is_dir()
+
+
+def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shardings(tmp_path):
+    """Orbax would write each replicated array in per-replica slices, each a compiled program;
+    below MIN_REPLICA_SLICE_BYTES per slice the save compiles nothing."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax._src import monitoring
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    state = {f"w{i}": jnp.full((16, 3 + i), float(i)) for i in range(4)}  # 16 rows: 8 slices
+    state = jax.device_put(state, NamedSharding(mesh, P()))
+    state["rows"] = jax.device_put(jnp.arange(16.0).reshape(8, 2), NamedSharding(mesh, P("data")))
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
+    )
+    iterator = ToyTask().train_iterator(CFG.batch_size, 0)
+    compiles = []
+
+    def listen(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        ckpt.save(1, state, iterator, {"step": 1})
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+        ckpt.close()
+    assert compiles == []
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    try:
+        restored = ckpt.restore(abstract, ToyTask().train_iterator(CFG.batch_size, 0))
+    finally:
+        ckpt.close()
+    assert restored.step == 1 and restored.meta == {"step": 1}
+    for name, value in state.items():
+        assert restored.state[name].sharding == value.sharding
+        np.testing.assert_array_equal(np.asarray(restored.state[name]), np.asarray(value))
