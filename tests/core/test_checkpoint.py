@@ -1,5 +1,6 @@
 """Checkpoints: a small replicated state is written without slicing it per replica and comes back
-on its shardings; damaged checkpoints in a multi-process run: only the primary process moves them
+on its shardings; one written through orbax's StandardSave (as before the state had its own
+handler) restores; damaged checkpoints in a multi-process run: only the primary process moves them
 aside."""
 
 import shutil
@@ -115,3 +116,45 @@ def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shar
     for name, value in state.items():
         assert restored.state[name].sharding == value.sharding
         np.testing.assert_array_equal(np.asarray(restored.state[name]), np.asarray(value))
+
+
+def test_a_checkpoint_written_through_orbaxs_standard_save_restores(tmp_path):
+    """Checkpoints written before the state got its own handler (orbax's ``StandardSave`` through
+    a default manager, as jaxlab wrote them) still restore, state, data position and meta."""
+    import grain
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    state = {"w": jnp.arange(12.0).reshape(3, 4), "step": jnp.asarray(5)}
+    iterator = ToyTask().train_iterator(CFG.batch_size, 0)
+    next(iterator)  # the saved position is one batch in
+    old = ocp.CheckpointManager(
+        tmp_path / "checkpoints",
+        options=ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False),
+    )
+    old.save(
+        5,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=grain.checkpoint.CheckpointSave(iterator),
+            meta=ocp.args.JsonSave({"step": 5}),
+        ),
+    )
+    old.wait_until_finished()
+    old.close()
+    following = next(iterator)  # what the restored iterator must yield next
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
+    )
+    fresh = ToyTask().train_iterator(CFG.batch_size, 0)
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    try:
+        restored = ckpt.restore(abstract, fresh)
+    finally:
+        ckpt.close()
+    assert restored.step == 5 and restored.meta == {"step": 5}
+    for name, value in state.items():
+        np.testing.assert_array_equal(np.asarray(restored.state[name]), np.asarray(value))
+    np.testing.assert_array_equal(next(fresh)["x"], following["x"])
