@@ -9,6 +9,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from jaxlab.testing.processes import cpu_env
 from tests.conftest import REPO
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
@@ -34,9 +35,8 @@ def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch
         "PATH", f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     )
     # The kernel sees one device, as a user's would, but compiles as the tests do (the
-    # conftest's XLA flags without the simulated device count: its optimisation level).
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    monkeypatch.setenv("XLA_FLAGS", " ".join(flags))
+    # conftest's other XLA flags: its optimisation level).
+    monkeypatch.setenv("XLA_FLAGS", cpu_env(1)["XLA_FLAGS"])
     client = NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )

@@ -1,7 +1,6 @@
 """Local anchors against all-gathered candidates equal the single-device loss on the concatenated
 batch: on 8 simulated CPU devices, and with two ``jax.distributed`` processes of 4 devices each."""
 
-import os
 import subprocess
 import sys
 
@@ -12,7 +11,7 @@ import pytest
 from jaxlab.core.mesh import MeshConfig, make_mesh
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.distributed import sharded_clip_loss, sharded_drrho_loss
-from jaxlab.testing.processes import free_port
+from jaxlab.testing.processes import cpu_env, free_port
 from tests.methods.drrho_clip.two_process_loss import global_inputs
 
 
@@ -60,10 +59,8 @@ def test_two_processes_equal_one(repo_root, tmp_path):
     port, out = free_port(), tmp_path / "two_process.npz"
     procs = []
     for i in range(2):
-        env = dict(
-            os.environ,
-            JAX_PLATFORMS="cpu",
-            XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        env = cpu_env(
+            4,
             JAXLAB_NUM_PROCESSES="2",
             JAXLAB_COORDINATOR=f"127.0.0.1:{port}",
             JAXLAB_PROCESS_ID=str(i),
