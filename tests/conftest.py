@@ -14,13 +14,17 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     _flags += " --xla_force_host_platform_device_count=8"
-# Compilation dominates the suite's tiny programs, and most of it is LLVM's optimisation of the
-# generated CPU code: level 0 compiles faster and the programs still compute the same values (the
-# tests' tolerances are for reference-vs-fast-path differences, not for code generation).
-# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's default level.
+# Compilation dominates the suite's tiny programs. Most of it is code generation: LLVM's
+# optimisation of the generated CPU code, and XLA CPU's MLIR fusion emitters, which build each
+# fusion through a pipeline of MLIR passes where the older loop emitters write LLVM IR directly.
+# Level 0 and the loop emitters compile faster and the programs still compute the same values
+# (the tests' tolerances are for reference-vs-fast-path differences, not for code generation).
+# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for both.
 if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on":
     if "xla_backend_optimization_level" not in _flags:
         _flags += " --xla_backend_optimization_level=0"
+    if "xla_cpu_use_fusion_emitters" not in _flags:
+        _flags += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("WANDB_SILENT", "true")

@@ -35,7 +35,7 @@ def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch
         "PATH", f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     )
     # The kernel sees one device, as a user's would, but compiles as the tests do (the
-    # conftest's other XLA flags: its optimisation level).
+    # conftest's other XLA flags: its optimisation level and code emitters).
     monkeypatch.setenv("XLA_FLAGS", cpu_env(1)["XLA_FLAGS"])
     client = NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
