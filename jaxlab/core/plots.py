@@ -96,6 +96,10 @@ def curves_figure(
 
 
 _LINESTYLES = ("-", "--", ":", "-.")
+# Characters of "small" legend text that one row holds across a _FIGSIZE axes, and each entry's
+# handle and spacing in the same unit.
+_LEGEND_ROW_CHARS = 72
+_LEGEND_PAD_CHARS = 6
 
 
 def pairs_figure(
@@ -136,7 +140,11 @@ def pairs_figure(
     if logy:
         ax.set_yscale("log")
     if curves:
-        ax.legend(fontsize="small", ncols=max(1, len(variants)))
+        # One group per row when a row of labels fits the axes' width; otherwise one column (a
+        # legend wider than the figure leaves tight_layout no room and it gives up, with a warning).
+        longest = max(len(f"{v} {g}") for g, v in curves)
+        fits = len(variants) * (longest + _LEGEND_PAD_CHARS) <= _LEGEND_ROW_CHARS
+        ax.legend(fontsize="small", ncols=len(variants) if fits else 1)
     ax.grid(True, which="both", alpha=0.3)
     return fig
 

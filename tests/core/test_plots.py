@@ -1,7 +1,10 @@
 """Tests that each figure function draws and that ``save_figure`` writes a real, non-blank PNG."""
 
+import warnings
+
 import matplotlib.image
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from jaxlab.core import plots
@@ -75,6 +78,20 @@ def test_pairs_colour_per_group_style_per_variant(tmp_path):
     assert lines["rmt D=64"].get_color() != lines["rmt D=128"].get_color()
     assert lines["rmt D=64"].get_linestyle() == lines["rmt D=128"].get_linestyle()
     assert lines["rmt D=64"].get_linestyle() != lines["transformer D=64"].get_linestyle()
+
+
+def test_pairs_with_long_labels_keep_a_legend_that_fits(tmp_path):
+    # icl_regression's labels: four variants of one long group name side by side were wider than
+    # the figure, and tight_layout gave up with a warning.
+    x = np.logspace(6, 8, 3)
+    group = "d=8, D=32 (8-head head dim 4)"
+    curves = {(group, v): (x, 1 / np.log10(x)) for v in ("mha8", "mha1", "btt8", "mlr8")}
+    fig = pairs_figure(curves, xlabel="FLOPs", ylabel="error", logx=True, logy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _check_png(save_figure(fig, tmp_path / "long.png"))
+    legend = fig.axes[0].get_legend().get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    assert legend.width < fig.bbox.width
 
 
 def test_panels_matrix_and_bars(tmp_path):
