@@ -17,8 +17,9 @@ if "xla_force_host_platform_device_count" not in _flags:
 # Compilation dominates the suite's tiny programs. Most of it is code generation: LLVM's
 # optimisation of the generated CPU code, and XLA CPU's MLIR fusion emitters, which build each
 # fusion through a pipeline of MLIR passes where the older loop emitters write LLVM IR directly.
-# Level 0 and the loop emitters compile faster and the programs still compute the same values
-# (the tests' tolerances are for reference-vs-fast-path differences, not for code generation).
+# Level 0 and the loop emitters compile faster and the programs compute the same values up to
+# rounding (the tests' tolerances are for reference-vs-fast-path differences, not for code
+# generation).
 # JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for both.
 if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on":
     if "xla_backend_optimization_level" not in _flags:

@@ -81,7 +81,7 @@ def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shar
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax._src import monitoring
+    from jax import monitoring
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
