@@ -145,11 +145,12 @@ def test_under_jit_the_flag_reports_labels_outside_the_classes():
         run(jnp.asarray(bad))[0].throw()
 
 
-def test_training_refuses_a_task_with_a_label_outside_its_classes():
+@pytest.mark.parametrize("backbone", ["frozen", "end_to_end"])
+def test_training_refuses_a_task_with_a_label_outside_its_classes(backbone):
     rng = np.random.default_rng(0)
     xs, xt = rng.random((12, 64)).astype(np.float32), rng.random((8, 64)).astype(np.float32)
     ys = np.arange(12) % 3
     ys[5] = 3
     task = DATask(xs, ys, xt, np.zeros(8, int), num_classes=3, target_classes=(0, 1))
     with pytest.raises(ConfigError, match=r"task.ys\[5\] = 3 is not one of the 3 classes"):
-        train(WarmpotConfig(steps=2, eval_every=1, batch_size=4), task)
+        train(WarmpotConfig(steps=2, eval_every=1, batch_size=4, backbone=backbone), task)
