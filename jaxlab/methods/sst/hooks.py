@@ -104,7 +104,8 @@ def redraw(
         round starts, with a re-SVD, where it is a multiple of the round length.
       round_redraws: redraws per round; 0 means ⌈k / r⌉ for each layer.
       sampling: ``"s"`` (p ∝ s, the paper's) or ``"half_uniform"``
-        (:func:`~jaxlab.methods.sst.sampling.sampling_probs`).
+        (:func:`~jaxlab.methods.sst.sampling.sampling_probs`). This and ``round_redraws`` are
+        Python values: under ``jax.jit`` close over them or name them in ``static_argnames``.
 
     Returns:
       ``(params, frozen, opt_state)`` of the same structures.
