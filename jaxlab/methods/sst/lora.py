@@ -5,13 +5,12 @@ LoRA (Hu et al., ICLR 2022) trains ``M = W₀ + (α/r) A B`` with ``W₀`` froze
 ``B`` ``(r, d_out)`` is zero, so the model is its dense twin at step 0. The adapter is the shared
 :class:`~jaxlab.nn.linear.LowRank` map (``u`` = A, ``vt`` = B) with ``vt`` zeroed. ReLoRA (Lialin et
 al., ICLR 2024; ReLoRA* in the SST paper, Sec. 3.3: without the full-rank warm start) periodically
-merges ``W₀ ← W₀ + (α/r) A B`` (:meth:`LoRA.merge`, the function is unchanged), draws a new ``A``,
-zeroes ``B`` and resets their optimizer moments (:mod:`jaxlab.methods.sst.hooks`).
+merges ``W₀ ← W₀ + (α/r) A B`` (the function is unchanged), draws a new ``A``, zeroes ``B`` and
+resets their optimizer moments (:func:`jaxlab.methods.sst.hooks.relora_merge`).
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
@@ -62,10 +61,3 @@ class LoRA(LinearMap):
 
     def dense_matrix(self):
         return self.base[...].astype(jnp.float32) + self.scale * self.adapter.dense_matrix()
-
-    def merge(self, key: jax.Array) -> None:
-        """ReLoRA's restart: ``W₀ += (α/r) A B``, a new ``A`` ~ N(0, 1/d_in), ``B = 0``."""
-        self.base[...] = self.dense_matrix().astype(self.base.dtype)
-        u = self.adapter.u
-        u[...] = (jax.random.normal(key, u.shape) * self.d_in**-0.5).astype(u.dtype)
-        self.adapter.vt[...] = jnp.zeros_like(self.adapter.vt[...])

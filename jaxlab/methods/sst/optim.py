@@ -16,12 +16,18 @@
   ``optax.adam``, a newcomer's first steps would be damped by ``(1 - b1) / (1 - b1^t) ...`` for
   the run's whole ``t`` (about 0.45, 0.61, 0.72, ... of a normal step at b1 = 0.9, b2 = 0.95).
   Without redraws it equals ``optax.scale_by_adam`` exactly (tested).
-* :func:`make_method_optimizer` — the optimizer of each method at one recipe (the loop's schedule,
-  clipping, AdamW's betas and weight decay): AdamW for ``full``, ``lora`` and ``relora`` (only the
-  trainable arrays have state), SST's chain, GaLore's (:mod:`jaxlab.methods.sst.galore`). Every
-  chain clips the raw gradients first: SST's division by ``s_i`` comes after the global-norm clip,
-  so a small ``s_i`` cannot shrink the other gradients of the step through the clip (the paper
-  does not state the order; this is jaxlab's choice).
+* :func:`sst_adamw` — SST's optimizer from plain arguments, as ``optax.adamw`` is built: the
+  enhanced gradient, the per-column Adam, decoupled weight decay (on matrices, never on ``s`` nor
+  the unit-norm singular vectors: :func:`decay_mask`), the learning rate, the projection.
+  :func:`galore_adamw` is GaLore's (:mod:`jaxlab.methods.sst.galore`); LoRA and ReLoRA* train with
+  ``optax.adamw`` itself (ReLoRA*'s restarts of the rate: :func:`~jaxlab.methods.sst.hooks.
+  jagged_schedule`). Gradient clipping goes in front, as in any optax chain:
+  ``optax.chain(optax.clip_by_global_norm(c), sst_adamw(...))`` divides by ``s_i`` after the clip,
+  so a small ``s_i`` cannot shrink the other gradients of the step through it (the paper does not
+  state the order; this is jaxlab's choice).
+* :func:`make_method_optimizer` — the runner's wrapper: the optimizer of each method at the loop's
+  recipe (a :class:`~jaxlab.core.config.TrainConfig`'s clipping, betas and weight decay, the
+  loop's schedule), i.e. the clip then ``sst_adamw``, ``galore_adamw`` or ``optax.adamw``.
 
 The transformations find a spectral layer's arrays by their parameter names (``s``, ``u_active``,
 ``v_active``, siblings in the tree), so they work on any model and leave other parameters alone.
@@ -39,22 +45,21 @@ from flax import nnx
 from jaxlab.core.config import TrainConfig
 from jaxlab.methods.sst.config import SSTConfig
 from jaxlab.methods.sst.galore import scale_by_galore
-from jaxlab.methods.sst.moments import key_path
+from jaxlab.methods.sst.moments import by_path, key_path
 
 __all__ = [
     "ColumnAdamState",
+    "decay_mask",
     "enhanced_gradient",
+    "galore_adamw",
     "make_method_optimizer",
     "optimizer_state_bytes",
     "scale_by_column_adam",
     "spectral_projection",
+    "sst_adamw",
 ]
 
 VECTORS = ("u_active", "v_active")
-
-
-def _by_path(tree: Any) -> dict[tuple, jax.Array]:
-    return {key_path(p): x for p, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _spectral_leaf(keys: tuple, flat: dict[tuple, jax.Array]) -> str | None:
@@ -69,7 +74,7 @@ def _map_spectral(fn, updates: Any, params: Any) -> Any:
     """``fn(name, update, param, s)`` on every spectral-layer leaf (others unchanged)."""
     if params is None:
         raise ValueError("SST's transformations need the parameters: call update(g, state, params)")
-    flat = _by_path(params)
+    flat = by_path(params)
 
     def one(path, g):
         keys = key_path(path)
@@ -124,7 +129,7 @@ class ColumnAdamState(NamedTuple):
 def _count_like(params: Any) -> Any:
     """Zero counts shaped per parameter (see :class:`ColumnAdamState`), as plain arrays: an NNX
     parameter's sharding annotation names its own axes, which a count does not have."""
-    flat = _by_path(params)
+    flat = by_path(params)
 
     def one(path, p):
         name = _spectral_leaf(key_path(path), flat)
@@ -156,46 +161,93 @@ def scale_by_column_adam(
             v_hat = v / (1 - jnp.asarray(b2, m.dtype) ** c)
             return m_hat / (jnp.sqrt(v_hat) + eps)
 
-        return jax.tree.map(step, mu, nu, count), ColumnAdamState(count, mu, nu)
+        # Leaf by leaf: the counts are plain arrays where the updates may be NNX variables
+        # (``nnx.split``'s trees); both flatten to the parameters' leaves in the same order.
+        m_leaves, treedef = jax.tree.flatten(mu)
+        steps = map(step, m_leaves, jax.tree.leaves(nu), jax.tree.leaves(count))
+        return jax.tree.unflatten(treedef, list(steps)), ColumnAdamState(count, mu, nu)
 
     return optax.GradientTransformation(init, update)
 
 
-def _decay_mask(params: Any) -> Any:
-    """Weight decay on matrices, except SST's unit-norm singular vectors."""
+def decay_mask(params: Any) -> Any:
+    """Weight decay on matrices, except SST's unit-norm singular vectors (``u_active``,
+    ``v_active``): a tree of bools shaped like ``params``."""
     return jax.tree_util.tree_map_with_path(
         lambda path, p: p.ndim >= 2 and key_path(path)[-1] not in VECTORS, params
+    )
+
+
+def sst_adamw(
+    learning_rate: float | optax.Schedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-4,
+    mask: Any = decay_mask,
+) -> optax.GradientTransformation:
+    """SST's optimizer (Zhao et al., ICML 2025, Algorithm 1), with ``optax.adamw``'s arguments.
+
+    The chain :func:`enhanced_gradient` (Sec. 4.2, Eq. 3), :func:`scale_by_column_adam`,
+    decoupled weight decay on ``mask``, the learning rate, :func:`spectral_projection` (``s ≥ 0``,
+    unit-norm active columns). It finds every spectral layer (:class:`~jaxlab.nn.spectral.
+    Spectral`) by its parameter names and trains every other parameter with plain AdamW, so it
+    serves a whole model. ``update`` needs the parameters: ``tx.update(grads, state, params)``.
+    Put ``optax.clip_by_global_norm`` in front to clip the raw gradients (module docstring).
+
+    Args:
+      learning_rate: a number or an optax schedule.
+      b1, b2, eps: Adam's.
+      weight_decay: the decoupled decay rate (multiplied by the learning rate, as ``optax.adamw``).
+      mask: which parameters decay (a tree of bools or a function of the parameters); by default
+        :func:`decay_mask`.
+    """
+    return optax.chain(
+        enhanced_gradient(),
+        scale_by_column_adam(b1=b1, b2=b2, eps=eps),
+        optax.add_decayed_weights(weight_decay, mask=mask),
+        optax.scale_by_learning_rate(learning_rate),
+        spectral_projection(),
+    )
+
+
+def galore_adamw(
+    learning_rate: float | optax.Schedule,
+    rank: int,
+    update_every: int,
+    scale: float,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-4,
+    mask: Any = decay_mask,
+) -> optax.GradientTransformation:
+    """GaLore's optimizer (Zhao et al., ICML 2024, Algorithm 2): :func:`~jaxlab.methods.sst.
+    galore.scale_by_galore` (rank ``rank``, projector refreshed every ``update_every`` steps,
+    update scale ``scale``), then decoupled weight decay and the learning rate, as
+    :func:`sst_adamw`."""
+    return optax.chain(
+        scale_by_galore(rank, update_every, scale, b1=b1, b2=b2, eps=eps),
+        optax.add_decayed_weights(weight_decay, mask=mask),
+        optax.scale_by_learning_rate(learning_rate),
     )
 
 
 def make_method_optimizer(
     cfg: TrainConfig, schedule: optax.Schedule, sst: SSTConfig
 ) -> optax.GradientTransformation:
-    """The optimizer of ``sst.method`` with the loop's recipe (see the module docstring)."""
+    """The optimizer of ``sst.method`` at the loop's recipe: ``cfg``'s gradient clip, then
+    :func:`sst_adamw`, :func:`galore_adamw` or ``optax.adamw`` (``full``, ``lora``, ``relora``)
+    with ``cfg``'s betas, ε and weight decay on ``schedule``."""
     clip = optax.clip_by_global_norm(cfg.grad_clip) if cfg.grad_clip > 0 else optax.identity()
+    adam = dict(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
     if sst.method == "galore":
-        return optax.chain(
-            clip,
-            scale_by_galore(
-                sst.rank, sst.galore_every, sst.galore_scale, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps
-            ),
-            optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
-            optax.scale_by_learning_rate(schedule),
-        )
-    if sst.method == "sst":
-        return optax.chain(
-            clip,
-            enhanced_gradient(),
-            scale_by_column_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps),
-            optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
-            optax.scale_by_learning_rate(schedule),
-            spectral_projection(),
-        )
-    adamw = optax.adamw(
-        schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
-        mask=_decay_mask,
-    )  # fmt: skip
-    return optax.chain(clip, adamw)
+        inner = galore_adamw(schedule, sst.rank, sst.galore_every, sst.galore_scale, **adam)
+    elif sst.method == "sst":
+        inner = sst_adamw(schedule, **adam)
+    else:
+        inner = optax.adamw(schedule, mask=decay_mask, **adam)
+    return optax.chain(clip, inner)
 
 
 def optimizer_state_bytes(tx: optax.GradientTransformation, params: Any) -> int:

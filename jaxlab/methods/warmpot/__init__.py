@@ -2,10 +2,12 @@
 
 Partial transport itself lives in the shared library (:func:`jaxlab.ot.partial.partial_ot`, re-
 exported here); this package holds the method on top of it: the WARMPOT cost, source weights and
-loss (:mod:`.loss`), the networks (:mod:`.model`), training with its baselines (:mod:`.train`) and
-the configuration (:mod:`.config`). See ``README.md`` for results beside the paper's.
+loss as functions of arrays (:mod:`.loss`; :func:`warmpot_loss` re-exported here), the networks
+(:mod:`.model`), training with its baselines (:mod:`.train`) and the configuration
+(:mod:`.config`). See ``README.md`` for how to use it and results beside the paper's.
 """
 
+from jaxlab.methods.warmpot.loss import WarmpotTerms, labels_in_range, warmpot_loss
 from jaxlab.ot.partial import PartialOTOutput, partial_ot
 
-__all__ = ["PartialOTOutput", "partial_ot"]
+__all__ = ["PartialOTOutput", "WarmpotTerms", "labels_in_range", "partial_ot", "warmpot_loss"]

@@ -1,7 +1,9 @@
-"""The WARMPOT objective for one batch: ground cost, partial plan, source weights and loss.
+"""The WARMPOT objective as functions of arrays: ground cost, partial plan, source weights, loss.
 
-Naram et al. (ICML 2025), Sec. 5 (Algorithm 1 and the cost above it), with the authors' code for
-what the paper leaves open:
+:func:`warmpot_loss` takes a batch's features, logits and source labels and the plain numbers; the
+training code's :func:`batch_loss` is a thin wrapper that runs a model and reads the run's
+:class:`Knobs`. Naram et al. (ICML 2025), Sec. 5 (Algorithm 1 and the cost above it), with the
+authors' code for what the paper leaves open:
 
 * ground cost between source point i (label y_i) and target point j:
   ``M_ij = η1 ‖f(x_i) - f(x̃_j)‖₂ + η2 (-log p_g(y_i | x̃_j))``;
@@ -13,6 +15,14 @@ what the paper leaves open:
 
 Everything here is a pure function; the gradient flows through ``M`` and the logits, never
 through π or w (stop-gradient), as in the code (π is computed on ``M.detach()``).
+
+Labels index the classes (``-log p(y_i | x̃_j)``, the cross-entropy). Concrete labels outside
+``[0, C)`` are a one-line ``ConfigError`` (:func:`check_labels`). Under ``jax.jit`` they cannot be
+inspected: JAX's gather would clamp a label ≥ C to class C − 1 and wrap a negative one, and the
+cross-entropy gives NaN, so :func:`warmpot_loss` returns the flag :func:`labels_in_range` with its
+terms, computed inside the traced function and read back on the host, as the training loop's
+finiteness flag is (:data:`jaxlab.core.step.STATE_FINITE`); it also serves
+``jax.experimental.checkify.check`` in a checkified function.
 """
 
 from __future__ import annotations
@@ -21,18 +31,25 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
-from jaxlab.ot.partial import partial_ot
+from jaxlab.core.errors import ConfigError
+from jaxlab.ot.partial import PartialOTOutput, partial_ot
+from jaxlab.ot.problem import is_traced
 
 __all__ = [
     "Knobs",
+    "WarmpotTerms",
     "batch_loss",
     "capacity_share",
+    "check_labels",
     "ground_cost",
+    "labels_in_range",
     "mass_schedule",
     "plan_weights",
+    "warmpot_loss",
     "weighted_ce",
 ]
 
@@ -62,6 +79,33 @@ def mass_schedule(step, alpha, ramp_steps) -> Float[Array, ""]:
     return 0.01 + (alpha - 0.01) * frac
 
 
+def labels_in_range(y: Int[Array, " S"], num_classes: int) -> Bool[Array, ""]:
+    """Whether every label lies in ``[0, num_classes)`` (traceable: the flag to check under jit).
+
+    With :mod:`jax.experimental.checkify`: ``checkify.check(labels_in_range(y, C), "labels
+    outside [0, C)")`` inside a function wrapped by ``checkify.checkify``.
+    """
+    y = jnp.asarray(y)
+    return jnp.all((y >= 0) & (y < num_classes))
+
+
+def check_labels(y: Int[Array, " S"], num_classes: int, name: str = "y_s") -> None:
+    """A one-line ConfigError for concrete labels that are not integers in ``[0, num_classes)``;
+    nothing for traced ones (see the module docstring)."""
+    if is_traced(y):
+        return
+    y = np.asarray(y)
+    if y.dtype.kind not in "iu":
+        raise ConfigError(f"{name} must hold integer class labels, got dtype {y.dtype}")
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(
+            f"{name}[{i}] = {int(y.ravel()[i])} is not one of the {num_classes} classes of the "
+            f"logits ({bad.size} labels outside [0, {num_classes})); fix the labels or the logits"
+        )
+
+
 def ground_cost(
     z_s: Float[Array, "S F"],
     z_t: Float[Array, "T F"],
@@ -70,7 +114,12 @@ def ground_cost(
     eta1,
     eta2,
 ) -> Float[Array, "S T"]:
-    """``M_ij = η1 ‖z_s_i - z_t_j‖ + η2 (-log p(y_i | x̃_j))`` (paper Sec. 5)."""
+    """``M_ij = η1 ‖z_s_i - z_t_j‖ + η2 (-log p(y_i | x̃_j))`` (paper Sec. 5).
+
+    Raises:
+      ConfigError: concrete labels outside ``[0, C)`` (traced ones: see the module docstring).
+    """
+    check_labels(y_s, logp_t.shape[-1])
     sq = jnp.sum((z_s[:, None, :] - z_t[None, :, :]) ** 2, axis=-1)
     dist = jnp.sqrt(jnp.maximum(sq, 1e-12))  # the norm has no gradient at 0; clamp it
     return eta1 * dist + eta2 * (-logp_t[:, y_s].T)
@@ -109,11 +158,98 @@ def weighted_ce(logits_s, y_s, w) -> Float[Array, ""]:
     return jnp.sum(w * ce) / jnp.maximum(jnp.sum(w), 1e-12)
 
 
-def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max_iter):
-    """The WARMPOT loss of one batch and what it measured.
+class WarmpotTerms(NamedTuple):
+    """What :func:`warmpot_loss` computed besides the loss.
+
+    Attributes:
+      weights: the source weights ``w`` of the classification term (constants for gradients),
+        ``(S,)``: WARMPOT's ``π1/Σπ1`` sum to 1; given ``weights`` are kept as passed.
+      plan: the partial transport (:class:`~jaxlab.ot.partial.PartialOTOutput`): the plan π
+        ``(S, T)`` (a constant for gradients), ``converged``, ``n_iter``.
+      ce: the weighted cross-entropy ``Σ_i w_i CE_i / Σ_i w_i``.
+      transport: ``η3 ⟨π, M⟩``.
+      entropy: the mean prediction entropy of the target points (before its weight).
+      labels_in_range: every source label lies in ``[0, C)`` (:func:`labels_in_range`).
+    """
+
+    weights: Float[Array, " S"]
+    plan: PartialOTOutput
+    ce: Float[Array, ""]
+    transport: Float[Array, ""]
+    entropy: Float[Array, ""]
+    labels_in_range: Bool[Array, ""]
+
+
+def warmpot_loss(
+    z_s: Float[Array, "S F"],
+    logits_s: Float[Array, "S C"],
+    y_s: Int[Array, " S"],
+    z_t: Float[Array, "T F"],
+    logits_t: Float[Array, "T C"],
+    *,
+    mass,
+    beta,
+    epsilon,
+    eta1,
+    eta2,
+    eta3,
+    entropy=0.0,
+    plan_share=1.0,
+    weights: Float[Array, " S"] | None = None,
+    tol: float = 1e-6,
+    max_iter: int = 2000,
+) -> tuple[Float[Array, ""], WarmpotTerms]:
+    """The WARMPOT loss of one batch from its features and logits (Naram et al., Sec. 5).
+
+    ``loss = Σ_i w_i CE_i / Σ_i w_i + η3 ⟨π, M⟩ + λ_H · mean_j H(p(· | x̃_j))`` with the ground
+    cost ``M`` of :func:`ground_cost`, the partial plan π of mass ``mass`` between source masses
+    ``1/(β S)`` and target masses ``1/T`` (:func:`plan_weights`, computed on ``M`` held fixed) and
+    the source weights ``w = plan_share · π1/Σπ1 + weights``: WARMPOT's are the plan's row sums
+    (``plan_share=1``, no ``weights``); the baselines set ``plan_share=0`` and give theirs (uniform,
+    PADA's class weights). Numbers may be traced arrays, so one compiled function serves every
+    method. Gradients flow through the features and logits, never through π or ``w``.
 
     Args:
-      model: the :class:`~jaxlab.methods.warmpot.model.Network`.
+      z_s, z_t: source and target features (the space the cost measures), ``(S, F)``, ``(T, F)``.
+      logits_s, logits_t: the classifier's logits of both, ``(S, C)``, ``(T, C)``.
+      y_s: source labels in ``[0, C)``, ``(S,)``.
+      mass: the transported mass α (at most ``min(1, 1/β)``).
+      beta: β of the source masses ``1/(β S)``.
+      epsilon: the plan's entropic regularisation; None for the exact plan.
+      eta1, eta2, eta3: weights of the feature distance, the label cost and the transport term.
+      entropy: λ_H, the weight of the target prediction entropy.
+      plan_share, weights: the source weights (above); ``weights`` need not be normalised.
+      tol, max_iter: the partial-OT solver's tolerance and budget (:func:`~jaxlab.ot.partial.
+        partial_ot`).
+
+    Returns:
+      ``(loss, terms)`` with :class:`WarmpotTerms`.
+
+    Raises:
+      ConfigError: concrete labels outside ``[0, C)``; under jit check ``terms.labels_in_range``.
+    """
+    logp_t = jax.nn.log_softmax(logits_t)
+    cost = ground_cost(z_s, z_t, logp_t, y_s, eta1, eta2)
+    out, w_plan = plan_weights(
+        jax.lax.stop_gradient(cost), mass, beta, epsilon, tol=tol, max_iter=max_iter
+    )
+    w = plan_share * (w_plan / jnp.maximum(w_plan.sum(), 1e-12))
+    if weights is not None:
+        w = w + weights
+    ce = weighted_ce(logits_s, y_s, w)
+    transport = eta3 * jnp.sum(out.matrix * cost)  # π fixed: out.matrix is stop-gradient
+    probs_t = jnp.exp(logp_t)
+    ent = -jnp.mean(jnp.sum(probs_t * logp_t, axis=1))
+    loss = ce + transport + entropy * ent
+    ok = labels_in_range(y_s, logits_s.shape[-1])
+    return loss, WarmpotTerms(jax.lax.stop_gradient(w), out, ce, transport, ent, ok)
+
+
+def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max_iter):
+    """The WARMPOT loss of one batch of a model (:func:`warmpot_loss` on its outputs).
+
+    Args:
+      model: the :class:`~jaxlab.methods.warmpot.model.Network` (``features``, ``classify``).
       x_s, y_s: source batch; x_t: target batch.
       knobs: the run's :class:`Knobs`.
       alpha_t: transported mass this step (:func:`mass_schedule`).
@@ -127,25 +263,20 @@ def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max
     """
     z_s, z_t = model.features(x_s), model.features(x_t)
     logits_s, logits_t = model.classify(z_s), model.classify(z_t)
-    logp_t = jax.nn.log_softmax(logits_t)
-    cost = ground_cost(z_s, z_t, logp_t, y_s, knobs.eta1, knobs.eta2)
-    out, w_plan = plan_weights(cost, alpha_t, knobs.beta, knobs.epsilon, tol=tol, max_iter=max_iter)
-    n = x_s.shape[0]
-    w_plan = w_plan / jnp.maximum(w_plan.sum(), 1e-12)
     w_class = class_w[y_s] / jnp.maximum(class_w[y_s].sum(), 1e-12)
-    w = knobs.mode[0] * w_plan + knobs.mode[1] / n + knobs.mode[2] * w_class
-    ce = weighted_ce(logits_s, y_s, w)
-    transport = knobs.eta3 * jnp.sum(out.matrix * cost)  # π fixed: out.matrix is stop-gradient
-    probs_t = jnp.exp(logp_t)
-    ent = -jnp.mean(jnp.sum(probs_t * logp_t, axis=1))
-    loss = ce + transport + knobs.entropy * ent
+    loss, terms = warmpot_loss(
+        z_s, logits_s, y_s, z_t, logits_t, mass=alpha_t, beta=knobs.beta,
+        epsilon=knobs.epsilon, eta1=knobs.eta1, eta2=knobs.eta2, eta3=knobs.eta3,
+        entropy=knobs.entropy, plan_share=knobs.mode[0],
+        weights=knobs.mode[1] / x_s.shape[0] + knobs.mode[2] * w_class, tol=tol, max_iter=max_iter,
+    )  # fmt: skip
     aux = {
-        "w": jax.lax.stop_gradient(w),
-        "at_cap": capacity_share(out.matrix.sum(1), knobs.beta),
-        "ot_converged": out.converged,
-        "ot_iters": out.n_iter,
-        "mean_target_probs": jax.lax.stop_gradient(probs_t.mean(0)),
-        "ce": ce,
-        "transport": transport,
+        "w": terms.weights,
+        "at_cap": capacity_share(terms.plan.matrix.sum(1), knobs.beta),
+        "ot_converged": terms.plan.converged,
+        "ot_iters": terms.plan.n_iter,
+        "mean_target_probs": jax.lax.stop_gradient(jnp.exp(jax.nn.log_softmax(logits_t)).mean(0)),
+        "ce": terms.ce,
+        "transport": terms.transport,
     }
     return loss, aux

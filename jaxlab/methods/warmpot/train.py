@@ -35,7 +35,7 @@ from flax import nnx
 
 from jaxlab.data.digits_da import DATask
 from jaxlab.methods.warmpot.config import WarmpotConfig
-from jaxlab.methods.warmpot.loss import Knobs, batch_loss, mass_schedule
+from jaxlab.methods.warmpot.loss import Knobs, batch_loss, check_labels, mass_schedule
 from jaxlab.methods.warmpot.model import Head, Network
 
 __all__ = ["RunResult", "frozen_features", "inv_schedule", "knobs_of", "make_optimizer", "train"]
@@ -197,6 +197,7 @@ def frozen_features(cfg: WarmpotConfig, task: DATask) -> tuple[np.ndarray, np.nd
     upright shared images' (README). On the sphere the order is the meaningful one (upright
     shared < turned < outlier classes); the scale √F keeps each coordinate's size near 1.
     """
+    check_labels(task.ys, task.num_classes, "task.ys")
     model = Network(task.xs.shape[1], cfg.hidden, cfg.features, task.num_classes,
                     rngs=nnx.Rngs(cfg.seed + 20_000))  # fmt: skip
     plain = ~task.source_variant
@@ -284,7 +285,12 @@ def train(
       task: source (labelled) and target (labels for evaluation only).
       features: with ``backbone="frozen"``, the :func:`frozen_features` of this task and seed
         when the caller has them already (computed here otherwise).
+
+    Raises:
+      ConfigError: a source label outside ``[0, task.num_classes)`` (the jitted steps would
+        silently clamp it).
     """
+    check_labels(task.ys, task.num_classes, "task.ys")
     rngs = nnx.Rngs(cfg.seed)
     if cfg.backbone == "frozen":
         xs, xt = features if features is not None else frozen_features(cfg, task)

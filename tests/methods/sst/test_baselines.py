@@ -21,6 +21,7 @@ from jaxlab.methods.sst import (
     to_lora,
 )
 from jaxlab.methods.sst.optim import make_method_optimizer
+from jaxlab.nn.spectral import Frozen
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 from jaxlab.testing.toy import ToyTask
 
@@ -57,7 +58,7 @@ def test_relora_merge_keeps_the_function_and_resets_the_adapter(relora_stepped):
     graphdef, state, batch = relora_stepped
     ts = merge_state(graphdef, state)
     before = ts.model(batch["x"])
-    adam = ts.optimizer.opt_state[1][0]  # chain: clip, adamw(scale_by_adam, ...)
+    adam = nnx.as_pure(ts.optimizer.opt_state)[1][0]  # chain: clip, adamw(scale_by_adam, ...)
 
     def moments(path):
         nodes = [adam.mu, adam.nu]
@@ -68,7 +69,15 @@ def test_relora_merge_keeps_the_function_and_resets_the_adapter(relora_stepped):
     layers = linear_layers(ts.model, LoRA)
     assert all(float(jnp.abs(x).max()) > 0 for x in moments(layers[0][0]))
     assert float(jnp.abs(layers[0][1].adapter.vt[...]).max()) > 0
-    relora_merge(ts, jax.random.key(7))
+    params, frozen, opt = relora_merge(
+        nnx.as_pure(nnx.state(ts.model, nnx.Param)),
+        nnx.as_pure(nnx.state(ts.model, Frozen)),
+        nnx.as_pure(ts.optimizer.opt_state),
+        jax.random.key(7),
+        alpha=2.0,  # the config's alpha: rank 2 (lora_alpha = 0)
+    )
+    nnx.update(ts.model, params, frozen)
+    adam = opt[1][0]
     np.testing.assert_allclose(ts.model(batch["x"]), before, rtol=1e-5, atol=1e-6)
     for path, layer in layers:
         assert float(jnp.abs(layer.adapter.vt[...]).max()) == 0.0  # B = 0 again
