@@ -181,24 +181,24 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
     ) -> tuple[Float[Array, "B T E"], MLSTMState]:
         B, T, _ = x_BTE.shape
 
-        def heads(y, d):  # (B, T, NH*d) -> (B, NH, T, d)
-            return y.reshape(B, T, self.heads, d).transpose(0, 2, 1, 3)
+        def heads(y, d):  # (B, T, NH*d) -> (B, T, NH, d), the cell's layout
+            return y.reshape(B, T, self.heads, d)
 
         q, k = heads(self.q(x_BTE), self.dk), heads(self.k(x_BTE), self.dk)
         v = heads(self.v(x_BTE), self.dv)
-        i_BHT = self.igate(x_BTE).transpose(0, 2, 1)
+        i_BTH = self.igate(x_BTE)
         # A closed forget gate at a document start zeroes the carried state (module docstring).
-        f_BHT = jnp.where(reset_BT[:, None, :], NEG, self.fgate(x_BTE).transpose(0, 2, 1))
+        f_BTH = jnp.where(reset_BT[:, :, None], NEG, self.fgate(x_BTE))
         if T == 1 and state is not None:  # decode: one recurrent step
-            h, state = mlstm_step(state, q[:, :, 0], k[:, :, 0], v[:, :, 0], i_BHT[..., 0],
-                                  f_BHT[..., 0], eps=self.eps)  # fmt: skip
-            h_BHTV = h[:, :, None]
+            h, state = mlstm_step(state, q[:, 0], k[:, 0], v[:, 0], i_BTH[:, 0], f_BTH[:, 0],
+                                  eps=self.eps)  # fmt: skip
+            h_BTHV = h[:, None]
         else:
-            h_BHTV, state = mlstm(
-                q, k, v, i_BHT, f_BHT, form=self.form, chunk_size=self.chunk_size,
+            h_BTHV, state = mlstm(
+                q, k, v, i_BTH, f_BTH, form=self.form, chunk_size=self.chunk_size,
                 initial_state=state, return_state=True, eps=self.eps,
             )  # fmt: skip
-        h_BTV = self.norm(h_BHTV.transpose(0, 2, 1, 3))
+        h_BTV = self.norm(h_BTHV)
         o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(h_BTV.dtype))
         return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
 
