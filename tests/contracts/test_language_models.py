@@ -22,9 +22,11 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.experimental import checkify
 
 from jaxlab.core.aot import run_with_devices
 from jaxlab.core.config import TrainConfig
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import dot_flops
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
@@ -33,7 +35,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.nn import pallas_switch
 from jaxlab.nn.generate import supports_generation, teacher_forced_logits
-from jaxlab.nn.layers import count_params
+from jaxlab.nn.layers import count_params, token_ids_in_range
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -137,6 +139,36 @@ def test_generate_matches_the_full_forward(name):
     for prompt_len in (8, 7):
         cached = teacher_forced_logits(model, tokens, prompt_len)
         np.testing.assert_allclose(cached, full, atol=1e-5 * float(jnp.max(jnp.abs(full))))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_token_ids_are_checked_where_they_enter(name):
+    """Ids outside [0, vocab) and unbatched tokens: a one-line error on concrete tokens (the
+    embedding's gather would read NaNs for 256 and wrap -1 round to 255 without a word); under
+    ``jax.jit`` a checkify check that reports them when the caller checkifies, and nothing
+    otherwise (the forward with valid ids is unchanged)."""
+    model = build(name)(nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(3), (2, T), 0, 256)
+    for bad in (256, -1):
+        with pytest.raises(ConfigError, match=r"token ids must lie in \[0, 256\).* at \[1, 3\]"):
+            model(tokens.at[1, 3].set(bad))
+    with pytest.raises(ConfigError, match="add a batch axis"):
+        model(tokens[0])
+    if supports_generation(model):
+        cache = model.init_cache(2, T)
+        with pytest.raises(ConfigError, match=r"token ids must lie in \[0, 256\)"):
+            model.extend(tokens.at[0, 0].set(-1), cache)
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, tokens: nnx.merge(graphdef, state)(tokens))
+    checked = checkify.checkify(forward)
+    err, logits = checked(state, tokens)
+    err.throw()  # valid ids: no error, the plain forward's logits
+    np.testing.assert_allclose(logits, forward(state, tokens), rtol=1e-6, atol=1e-6)
+    err, _ = checked(state, tokens.at[1, 3].set(-1))
+    with pytest.raises(checkify.JaxRuntimeError, match=r"token ids must lie in \[0, 256\)"):
+        err.throw()
+    assert bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens, 256))
+    assert not bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens.at[0, 0].set(256), 256))
 
 
 # ---------------------------------------------------------------------------- sharded training

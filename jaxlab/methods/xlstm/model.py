@@ -57,7 +57,7 @@ from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.norm import MultiHeadNorm
 from jaxlab.methods.xlstm.slstm import SLSTMState, sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
-from jaxlab.nn.layers import param_init, unembedding
+from jaxlab.nn.layers import check_token_ids, param_init, unembedding
 
 __all__ = [
     "InitStds",
@@ -292,7 +292,9 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
 
 class xLSTM(nnx.Module):  # noqa: N801
     """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
-    model)."""
+    model). Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`: a
+    one-line error for ids outside ``[0, vocab_size)`` when concrete, a checkify check under
+    ``jit``)."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -387,6 +389,7 @@ class xLSTM(nnx.Module):  # noqa: N801
     ) -> Float[Array, "B T E"]:
         """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits."""
         del positions  # the recurrence carries order
+        check_token_ids(tokens_BT, self.cfg.vocab_size)
         B, T = tokens_BT.shape
         reset_BT = jnp.zeros((B, T), bool)  # a row starts from the zero state (docstring)
         if segment_ids is not None and self.cfg.document_mask:
@@ -418,6 +421,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
     ) -> tuple[Float[Array, "B T V"], XLSTMCache]:
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
+        check_token_ids(tokens_BT, self.cfg.vocab_size)
         # No reset: a fresh cache holds the zero state a row starts from (module docstring).
         h_BTE, states = self._run(tokens_BT, jnp.zeros(tokens_BT.shape, bool), cache.states)
         return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + tokens_BT.shape[1])
