@@ -100,20 +100,14 @@ def _prefill(cfg: Config) -> dict:
         ),  # fmt: skip
         "parallel": jax.jit(lambda q, k, v, i, f: mlstm(q, k, v, i, f, form="parallel")),
         "attention": jax.jit(
-            lambda q, k, v, i, f: dot_product_attention(
-                q.transpose(0, 2, 1, 3),
-                k.transpose(0, 2, 1, 3),
-                v.transpose(0, 2, 1, 3),
-                causal=True,
-                impl="xla_chunked",
-            )  # fmt: skip
+            lambda q, k, v, i, f: dot_product_attention(q, k, v, causal=True, impl="xla_chunked")
         ),
     }
     seconds: dict[str, dict[int, float]] = {name: {} for name in fns}
     for S in cfg.prefill_lengths:
         keys = jax.random.split(jax.random.key(S), 5)
-        q, k, v = (jax.random.normal(keys[j], (1, H, S, D)) for j in range(3))
-        i, f = jax.random.normal(keys[3], (1, H, S)), jax.random.normal(keys[4], (1, H, S)) + 3
+        q, k, v = (jax.random.normal(keys[j], (1, S, H, D)) for j in range(3))  # (B, T, H, D)
+        i, f = jax.random.normal(keys[3], (1, S, H)), jax.random.normal(keys[4], (1, S, H)) + 3
         run = {n: fn for n, fn in fns.items() if n == "chunkwise" or S <= cfg.max_quadratic_len}
         timed = time_interleaved(
             {n: functools.partial(fn, q, k, v, i, f) for n, fn in run.items()},

@@ -47,10 +47,10 @@ import jax.numpy as jnp
 from jaxlab.methods.xlstm import mlstm
 
 keys = jax.random.split(jax.random.key(0), 5)
-B, NH, S, Dk, Dv = 1, 2, 50, 16, 16
-q, k = (jax.random.normal(keys[j], (B, NH, S, Dk)) for j in range(2))
-v = jax.random.normal(keys[2], (B, NH, S, Dv))
-i, f = 3 * jax.random.normal(keys[3], (B, NH, S)), jax.random.normal(keys[4], (B, NH, S)) + 2
+B, T, H, Dk, Dv = 1, 50, 2, 16, 16  # (B, T, H, D), as jax.nn.dot_product_attention
+q, k = (jax.random.normal(keys[j], (B, T, H, Dk)) for j in range(2))
+v = jax.random.normal(keys[2], (B, T, H, Dv))
+i, f = 3 * jax.random.normal(keys[3], (B, T, H)), jax.random.normal(keys[4], (B, T, H)) + 2
 h = {
     form: mlstm(q, k, v, i, f, form=form, chunk_size=16)
     for form in ("recurrent", "parallel", "chunkwise")

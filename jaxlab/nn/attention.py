@@ -311,9 +311,14 @@ def xla_chunked_attention(
 
     Peak memory holds a few ``(B, H, T, chunk)`` blocks of logits, not ``(B, H, T, S)``; keys are
     padded to a multiple of the chunk and the padding masked. Gradients flow to q, k, v only.
+    An empty batch, query or key axis has nothing to chunk: the reference's (empty or zero)
+    result, as :func:`jax.nn.dot_product_attention` gives.
     """
-    T, D = q_BTHD.shape[1], q_BTHD.shape[3]
+    B, T, _, D = q_BTHD.shape
     S = k_BSKD.shape[1]
+    if 0 in (B, T, S):
+        return xla_attention(q_BTHD, k_BSKD, v_BSKD, causal=causal, segment_ids=segment_ids,
+                             alibi_slopes=alibi_slopes, scale=scale)  # fmt: skip
     if segment_ids is not None and S != T:
         raise ConfigError("attention: segment_ids need equal query and key lengths")
     if chunk_size <= 0:
@@ -366,6 +371,9 @@ def dot_product_attention(
 ) -> Float[Array, "B T H D"]:
     """Scaled dot-product attention through the implementation ``impl`` (see the module doc).
 
+    An empty batch, query or key axis gives the reference's result whatever ``impl`` (an empty
+    array, or zeros for queries without keys), as :func:`jax.nn.dot_product_attention` does.
+
     Raises:
       ConfigError: for shapes that do not fit, or an unknown or unavailable ``impl``.
     """
@@ -375,7 +383,9 @@ def dot_product_attention(
     except ValueError:
         options = ", ".join(i.value for i in AttentionImpl)
         raise ConfigError(f"unknown attention impl {impl!r}; choose one of {options}") from None
+    kwargs = dict(causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes, scale=scale)
+    if 0 in (q.shape[0], q.shape[1], k.shape[1]):  # nothing to tile: the reference's empty result
+        return xla_attention(q, k, v, **kwargs)
     if impl is AttentionImpl.AUTO:
         impl = default_impl(seq_len=k.shape[1])
-    kwargs = dict(causal=causal, segment_ids=segment_ids, alibi_slopes=alibi_slopes, scale=scale)
     return _IMPLS[impl](q, k, v, **kwargs)

@@ -16,6 +16,13 @@ xLSTM's is its recurrent state, whose size does not depend on the context
   caller's key);
 * :func:`teacher_forced_logits` prefills a prefix and then feeds the true tokens one at a time:
   the logits must equal the full forward's (how the caches are tested).
+
+Prompts are ``(B, T)`` integer ids, batched as every model's input (one sequence is
+``prompt[None]``; an unbatched prompt is a one-line error, not a broadcast). :func:`generate` and
+:func:`prefill` check them before they compile (:func:`jaxlab.nn.layers.check_token_ids`): ids
+outside ``[0, vocab_size)`` (the model's ``cfg.vocab_size``) are a one-line error instead of NaN or
+wrapped-around embeddings. :func:`decode_step` takes the model's own samples and checks shapes
+only (reading the ids back every step would stall the decode loop).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.nn.layers import check_token_ids
 
 __all__ = [
     "CachedLM",
@@ -61,14 +69,31 @@ def _check(model: nnx.Module) -> None:
         )
 
 
+def _check_prompt(model: nnx.Module, prompt_BT, owner: str) -> None:
+    """The prompt's shape, dtype and ids (against ``model.cfg.vocab_size`` where the model has
+    one), in one line, before anything is traced."""
+    vocab_size = getattr(getattr(model, "cfg", None), "vocab_size", None)
+    check_token_ids(prompt_BT, vocab_size, owner=owner)
+
+
 @functools.partial(jax.jit, static_argnames=("max_len",))
+def _prefill(model, prompt_BT, *, max_len):
+    cache = model.init_cache(prompt_BT.shape[0], max_len)
+    return model.extend(prompt_BT, cache)
+
+
 def prefill(
     model: nnx.Module, prompt_BT: Int[Array, "B T"], *, max_len: int
 ) -> tuple[Float[Array, "B T V"], Any]:
-    """Logits of the prompt and the cache after it (room for ``max_len`` tokens in all)."""
+    """Logits of the prompt and the cache after it (room for ``max_len`` tokens in all).
+
+    Raises:
+      ConfigError: a model without a cache, or a prompt that is not ``(B, T)`` ids in the
+        vocabulary (module docstring).
+    """
     _check(model)
-    cache = model.init_cache(prompt_BT.shape[0], max_len)
-    return model.extend(prompt_BT, cache)
+    _check_prompt(model, prompt_BT, "prefill")
+    return _prefill(model, prompt_BT, max_len=max_len)
 
 
 @functools.partial(jax.jit, donate_argnums=(2,))
@@ -102,7 +127,7 @@ def sample(
 
 @functools.partial(jax.jit, static_argnames=("max_new_tokens", "max_len", "temperature", "top_k"))
 def _generate(model, prompt_BT, key, *, max_new_tokens, max_len, temperature, top_k):
-    logits_BTV, cache = prefill(model, prompt_BT, max_len=max_len)
+    logits_BTV, cache = _prefill(model, prompt_BT, max_len=max_len)
     first = sample(logits_BTV[:, -1], jax.random.fold_in(key, 0), temperature=temperature,
                    top_k=top_k)  # fmt: skip
 
@@ -131,13 +156,19 @@ def generate(
 
     Args:
       model: a :class:`CachedLM`.
-      prompt_BT: int tokens; every row has the same length.
+      prompt_BT: int tokens ``(B, T)``; every row has the same length (one sequence:
+        ``prompt[None]``).
       max_new_tokens: how many tokens to generate.
       key: PRNG key for sampling (required when ``temperature > 0``).
       temperature, top_k: see :func:`sample`.
       max_len: cache length (default prompt + new tokens).
+
+    Raises:
+      ConfigError: a model without a cache, a prompt that is not ``(B, T)`` ids in the vocabulary
+        (an unbatched one included), or lengths and sampling options that do not fit.
     """
     _check(model)
+    _check_prompt(model, prompt_BT, "generate")
     T = prompt_BT.shape[1]
     max_len = max_len or T + max_new_tokens
     if max_new_tokens < 1 or max_len < T + max_new_tokens:

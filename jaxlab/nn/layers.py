@@ -1,9 +1,19 @@
 """Small NNX building blocks shared by jaxlab's models: norms, the bias-free GELU MLP, embeddings,
-and the parameter counts (all, and outside the embeddings).
+the token-id check, and the parameter counts (all, and outside the embeddings).
 
 Layers take the numbers they need as arguments (never a config). Linear maps come from
 :mod:`jaxlab.nn.linear` (one constructor for dense and structured maps); ``param_init`` (logical
 axis names on an initializer) and ``default_matmul_impl`` live there and are re-exported here.
+
+Token ids. An embedding look-up is a gather, and JAX's gather never raises: an id ``>=
+vocab_size`` (or ``< -vocab_size``) reads NaNs and an id in ``[-vocab_size, 0)`` wraps around to
+another token. Every language model therefore checks its tokens where they enter
+(:func:`check_token_ids`): shapes always, and the ids themselves in one line when they are concrete
+(eager calls). Under ``jax.jit`` (or ``vmap``, ``grad``) values cannot be inspected; there the check
+is a :func:`jax.experimental.checkify.debug_check`, which does nothing unless the caller wraps the
+function in :func:`jax.experimental.checkify.checkify`, and :func:`token_ids_in_range` is the flag
+to return from a jitted step and check on the host, as the training loop does with its
+finiteness flag (:func:`jaxlab.core.step.all_finite`).
 """
 
 from __future__ import annotations
@@ -12,8 +22,10 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
-from jaxtyping import Array, Float
+from jax.experimental import checkify
+from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.linear import Dense, LinearFactory, LinearSpec, default_matmul_impl, param_init
@@ -21,12 +33,14 @@ from jaxlab.nn.linear import Dense, LinearFactory, LinearSpec, default_matmul_im
 __all__ = [
     "MLP",
     "TokenEmbedding",
+    "check_token_ids",
     "count_params",
     "non_embedding_params",
     "default_matmul_impl",
     "make_norm",
     "param_init",
     "qk_layernorm",
+    "token_ids_in_range",
     "unembedding",
 ]
 
@@ -91,11 +105,54 @@ class MLP(nnx.Module):
         return self.down(self.up(x_BTD, activation="gelu"))
 
 
+def token_ids_in_range(tokens: Int[Array, "..."], vocab_size: int) -> Bool[Array, ""]:
+    """Whether every id lies in ``[0, vocab_size)``: one reduction, usable under ``jax.jit``
+    (return it from a jitted step and check it on the host; module docstring)."""
+    tokens = jnp.asarray(tokens)
+    return jnp.all((tokens >= 0) & (tokens < vocab_size))
+
+
+def check_token_ids(
+    tokens: Int[Array, "B T"], vocab_size: int | None, *, owner: str = "tokens"
+) -> None:
+    """Raises a one-line :class:`ConfigError` unless ``tokens`` are ``(B, T)`` integers with every
+    id in ``[0, vocab_size)`` (``vocab_size=None``: the shape and dtype only).
+
+    The shape and dtype are checked always (they are static). The ids are checked when they are
+    concrete; under a transformation (``jax.jit``, ``vmap``, ``grad``) by a
+    :func:`jax.experimental.checkify.debug_check`, which raises only when the caller's function is
+    wrapped in :func:`jax.experimental.checkify.checkify` (``errors=checkify.user_checks``, its
+    default) and costs nothing otherwise (module docstring).
+    """
+    shape, dtype = jnp.shape(tokens), jnp.result_type(tokens)
+    if len(shape) != 2 or not jnp.issubdtype(dtype, jnp.integer):
+        hint = "; add a batch axis (tokens[None]) for one sequence" if len(shape) == 1 else ""
+        raise ConfigError(
+            f"{owner}: tokens must be (B, T) integer ids; got shape {shape}, dtype {dtype}{hint}"
+        )
+    if vocab_size is None:
+        return
+    try:
+        ids = np.asarray(tokens)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        message = f"{owner}: token ids must lie in [0, {vocab_size}); got min {{lo}}, max {{hi}}"
+        in_range = token_ids_in_range(tokens, vocab_size)
+        checkify.debug_check(in_range, message, lo=jnp.min(tokens), hi=jnp.max(tokens))
+        return
+    bad = np.argwhere((ids < 0) | (ids >= vocab_size))
+    if bad.size:
+        b, t = bad[0]
+        raise ConfigError(
+            f"{owner}: token ids must lie in [0, {vocab_size}) (the vocabulary); got {ids[b, t]} "
+            f"at [{b}, {t}] ({len(bad)} id(s) out of range)"
+        )
+
+
 class TokenEmbedding(nnx.Module):
     """Token embedding plus optional learned absolute positions, N(0, 0.02) init, no biases.
 
     ``positions="alibi"`` (or anything but ``"learned"``) adds no position table: the attention
-    carries the positions then.
+    carries the positions then. Tokens are checked by :func:`check_token_ids`.
     """
 
     def __init__(
@@ -121,7 +178,10 @@ class TokenEmbedding(nnx.Module):
         )
         self.seq_len = seq_len
 
-    def __call__(self, tokens_BT, positions_BT=None) -> Float[Array, "B T D"]:
+    def __call__(
+        self, tokens_BT: Int[Array, "B T"], positions_BT: Int[Array, "B T"] | None = None
+    ) -> Float[Array, "B T D"]:
+        check_token_ids(tokens_BT, self.tokens.num_embeddings)
         x_BTD = self.tokens(tokens_BT)
         if self.positions is None:
             return x_BTD

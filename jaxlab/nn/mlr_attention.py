@@ -430,10 +430,13 @@ def mlr_attention(
         runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks of ``K`` keys at a time
         (results do not depend on it).
 
+    Returns:
+      ``(B, T, H, Dv)`` in v's dtype; for ``B = 0`` or ``T = 0`` the empty array of that shape.
+
     Raises:
       ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
-        length, shapes that do not match, an unknown ``impl``, or ``impl="pallas"`` with shapes
-        the kernel cannot tile.
+        length, shapes that do not match (an unbatched ``(T, H, D)`` input included), an unknown
+        ``impl``, or ``impl="pallas"`` with shapes the kernel cannot tile.
     """
     check_qkv(q, k, v, owner="mlr_attention", segment_ids=segment_ids, alibi_slopes=alibi_slopes,
               grouped=False)  # fmt: skip
@@ -444,8 +447,12 @@ def mlr_attention(
         raise ConfigError(f"unknown mlr_attention impl {impl!r}; choose one of {options}") from None
     _check_tile(tile)
     B, T = q.shape[:2]
+    if block_len is not None and int(block_len) < 1:
+        raise ConfigError(f"mlr_attention: block_len={block_len} must be a positive int or None")
     block_len = T if block_len is None else int(block_len)
     check_mlr(ranks, q.shape[-1], block_len, normalize)
+    if B == 0 or T == 0:  # no query: the empty result, as jax.nn.dot_product_attention gives
+        return jnp.zeros((*q.shape[:3], v.shape[-1]), v.dtype)
     periods = -(-T // block_len)
     pad = periods * block_len - T
     if pad and not causal:

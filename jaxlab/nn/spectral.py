@@ -51,8 +51,18 @@ def _variable(cls, value, axes, param_dtype):
 class Spectral(LinearMap):
     """``x @ (U diag(s) Vᵀ)`` with ``rank`` active singular-vector pairs (module docstring).
 
-    ``matrix`` given: its SVD instead of a random draw (then ``std`` and ``rngs`` are unused).
-    Registered in :data:`jaxlab.nn.linear.LINEAR_KINDS` (``kind="spectral"``).
+    Without ``matrix``, ``std`` and ``rngs`` are required: the layer stores the SVD of an
+    N(0, std²) draw, as :class:`~jaxlab.nn.linear.Dense` draws its kernel (its ``std`` is required
+    too). SST's SVD initialisation decomposes the model's own dense init (Zhao et al., Sec. 4.3), so
+    the scale is the dense map's and no default fits every model. An explicit ``std=0`` (a
+    zero-initialised map, as the xLSTM's output gate under ``init="authors"``) stores ``s = 0``
+    with the SVD's arbitrary orthonormal vectors.
+    ``matrix`` given: its SVD instead of a random draw (``std`` and ``rngs`` unused). Registered in
+    :data:`jaxlab.nn.linear.LINEAR_KINDS` (``kind="spectral"``).
+
+    Raises:
+      ConfigError: a rank outside ``[1, min(d_in, d_out) - 1]``, or no ``matrix`` and a missing or
+        negative ``std`` or missing ``rngs``.
     """
 
     def __init__(
@@ -61,7 +71,7 @@ class Spectral(LinearMap):
         d_out: int,
         *,
         rank: int,
-        std: float = 0.0,
+        std: float | None = None,
         axes=(None, None),
         dtype: str = "float32",
         param_dtype: str = "float32",
@@ -69,6 +79,12 @@ class Spectral(LinearMap):
         matrix: Array | None = None,
     ):
         self.validate(d_in, d_out, rank=rank)
+        if matrix is None and (std is None or not std >= 0 or rngs is None):
+            raise ConfigError(
+                f"Spectral({d_in}, {d_out}): give std >= 0 and rngs (the N(0, std²) init whose SVD "
+                f"is stored, as Dense's; e.g. std={d_in**-0.5:.3g} = 1/sqrt(d_in)), or matrix=; "
+                f"got std={std}, rngs={'given' if rngs is not None else None}"
+            )
         if matrix is None:
             # The dense kind's draw (one key, N(0, std²)), so the model equals its dense twin.
             matrix = nnx.initializers.normal(std)(rngs.params(), (d_in, d_out), jnp.float32)

@@ -183,7 +183,8 @@ class Block(nnx.Module):
 
 
 class Transformer(nnx.Module):
-    """Decoder-only LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32)."""
+    """Decoder-only LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32). Tokens are checked
+    where they enter (:func:`jaxlab.nn.layers.check_token_ids`, in the embedding)."""
 
     def __init__(self, cfg: TransformerConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg

@@ -14,6 +14,7 @@ the xLSTM's chunk grid.
 
 import dataclasses
 import functools
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,17 +22,20 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.experimental import checkify
 
 from jaxlab.core.aot import run_with_devices
 from jaxlab.core.config import TrainConfig
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import dot_flops
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
+from jaxlab.nn import pallas_switch
 from jaxlab.nn.generate import supports_generation, teacher_forced_logits
-from jaxlab.nn.layers import count_params
+from jaxlab.nn.layers import count_params, token_ids_in_range
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -137,6 +141,36 @@ def test_generate_matches_the_full_forward(name):
         np.testing.assert_allclose(cached, full, atol=1e-5 * float(jnp.max(jnp.abs(full))))
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_token_ids_are_checked_where_they_enter(name):
+    """Ids outside [0, vocab) and unbatched tokens: a one-line error on concrete tokens (the
+    embedding's gather would read NaNs for 256 and wrap -1 round to 255 without a word); under
+    ``jax.jit`` a checkify check that reports them when the caller checkifies, and nothing
+    otherwise (the forward with valid ids is unchanged)."""
+    model = build(name)(nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(3), (2, T), 0, 256)
+    for bad in (256, -1):
+        with pytest.raises(ConfigError, match=r"token ids must lie in \[0, 256\).* at \[1, 3\]"):
+            model(tokens.at[1, 3].set(bad))
+    with pytest.raises(ConfigError, match="add a batch axis"):
+        model(tokens[0])
+    if supports_generation(model):
+        cache = model.init_cache(2, T)
+        with pytest.raises(ConfigError, match=r"token ids must lie in \[0, 256\)"):
+            model.extend(tokens.at[0, 0].set(-1), cache)
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, tokens: nnx.merge(graphdef, state)(tokens))
+    checked = checkify.checkify(forward)
+    err, logits = checked(state, tokens)
+    err.throw()  # valid ids: no error, the plain forward's logits
+    np.testing.assert_allclose(logits, forward(state, tokens), rtol=1e-6, atol=1e-6)
+    err, _ = checked(state, tokens.at[1, 3].set(-1))
+    with pytest.raises(checkify.JaxRuntimeError, match=r"token ids must lie in \[0, 256\)"):
+        err.throw()
+    assert bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens, 256))
+    assert not bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens.at[0, 0].set(256), 256))
+
+
 # ---------------------------------------------------------------------------- sharded training
 
 
@@ -201,6 +235,25 @@ STRUCTURED = {
 }
 
 
+def two_steps(model, lr=1e-2):
+    """Two jitted Adam steps of the next-token loss on random tokens: (loss before, loss after,
+    the step's jaxpr as text)."""
+    tokens = jax.random.randint(jax.random.key(0), (4, T + 1), 0, 256)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    graphdef, state = nnx.split((model, nnx.Optimizer(model, optax.adam(lr), wrt=nnx.Param)))
+
+    def step(state):
+        model, opt = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(lambda m: cross_entropy(m(inputs), targets)[0])(model)
+        opt.update(model, grads)
+        return nnx.split((model, opt))[1], loss
+
+    program = str(jax.make_jaxpr(step)(state))
+    state, before = jax.jit(step)(state)
+    _, after = jax.jit(step)(state)
+    return float(before), float(after), program
+
+
 @pytest.mark.parametrize("kind", STRUCTURED)
 @pytest.mark.parametrize("name", MODELS)
 def test_structured_linear_maps_reach_the_model_and_train(name, kind):
@@ -213,17 +266,67 @@ def test_structured_linear_maps_reach_the_model_and_train(name, kind):
         "spectral": "/mlp/up/u_active",
     }[kind]
     assert any(p.endswith(factor) for p in paths)
-    tokens = jax.random.randint(jax.random.key(0), (4, T + 1), 0, 256)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    graphdef, state = nnx.split((model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)))
+    before, after, _ = two_steps(model)
+    assert np.isfinite(before) and after < before
 
-    @jax.jit
-    def step(state):
-        model, opt = nnx.merge(graphdef, state)
-        loss, grads = nnx.value_and_grad(lambda m: cross_entropy(m(inputs), targets)[0])(model)
-        opt.update(model, grads)
-        return nnx.split((model, opt))[1], loss
 
-    state, before = step(state)
-    _, after = step(state)
-    assert np.isfinite(float(before)) and float(after) < float(before)
+# ---------------------------------------------------------------------------- implementations
+
+# Every attention / matmul / cell implementation of every model trains (issue 46: the xLSTM with
+# form="pallas" could not be differentiated). One layer, Pallas in interpret mode. "pallas" asks
+# for the kernels by name; "auto_pallas_on" builds the defaults ("auto") with the repo-wide switch
+# on as on a GPU (fixture below), so every "auto" dispatch picks its kernel. "cudnn" needs an
+# NVIDIA GPU and is not run here.
+PALLAS_ALL = dict(attention_impl="pallas", matmul_impl="pallas")
+IMPLS = {
+    "transformer": {
+        "xla": dict(attention_impl="xla", matmul_impl="xla"),
+        "xla_chunked": dict(attention_impl="xla_chunked", matmul_impl="xla"),
+        "pallas": PALLAS_ALL,
+        "pallas_mlr": dict(PALLAS_ALL, attention="mlr", attention_ranks=(4, 4), num_kv_heads=0),
+        "auto_pallas_on": {},
+    },
+    "rmt": {
+        "xla": dict(attention_impl="xla", matmul_impl="xla"),
+        "xla_chunked": dict(attention_impl="xla_chunked", matmul_impl="xla"),
+        "pallas": PALLAS_ALL,
+        "pallas_mlr": dict(PALLAS_ALL, attention="mlr", attention_ranks=(4, 4)),
+        "auto_pallas_on": {},
+    },
+    "xlstm": {
+        "recurrent": dict(cell_form="recurrent", matmul_impl="xla"),
+        "parallel": dict(cell_form="parallel", matmul_impl="xla"),
+        "chunkwise": dict(cell_form="chunkwise", matmul_impl="xla"),
+        "pallas": dict(cell_form="pallas", chunk_size=8, matmul_impl="pallas"),
+        "auto_pallas_on": dict(chunk_size=8),
+    },
+}
+
+
+@pytest.fixture
+def pallas_switch_on(monkeypatch):
+    """Every ``"auto"`` dispatch picks its Pallas kernel, as ``JAXLAB_PALLAS=on`` does on a GPU or
+    TPU (the CPU never picks them; here they run interpreted): ``pallas_ready`` is replaced in
+    every jaxlab module that imported it."""
+    original = pallas_switch.pallas_ready
+    for module in list(sys.modules.values()):
+        if (
+            module
+            and module.__name__.startswith("jaxlab")
+            and (getattr(module, "pallas_ready", None) is original)
+        ):
+            monkeypatch.setattr(module, "pallas_ready", lambda platform=None: True)
+
+
+CASES = [(name, impl) for name, impls in IMPLS.items() for impl in impls]
+
+
+@pytest.mark.parametrize(("name", "impl"), CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_every_implementation_trains_two_steps(request, name, impl):
+    if impl == "auto_pallas_on":
+        request.getfixturevalue("pallas_switch_on")
+    model = build(name, num_layers=1, **IMPLS[name][impl])(nnx.Rngs(0))
+    before, after, program = two_steps(model)
+    assert np.isfinite(before) and after < before
+    # The kernels are in the step (forward and backward), not an XLA fallback.
+    assert ("pallas_call" in program) == ("pallas" in impl), program.count("pallas_call")

@@ -69,6 +69,14 @@ def normaliser_branches(q, k, i, f, state):
     return np.abs(nq) > np.exp(-m)
 
 
+def mlstm_heads_first(q, k, v, i, f, **kw):
+    """jaxlab's cell, whose sequences are ``(B, T, H, D)``, on the kernel's heads-first arrays."""
+    out = mlstm(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v, i, f)), **kw)
+    if kw.get("return_state"):
+        return jnp.swapaxes(out[0], 1, 2), out[1]
+    return jnp.swapaxes(out, 1, 2)
+
+
 def zero_state(B, NH, Dk, Dv):
     return jnp.zeros((B, NH, Dk, Dv)), jnp.zeros((B, NH, Dk)), jnp.zeros((B, NH))
 
@@ -127,7 +135,8 @@ def test_initial_state_final_state_and_its_gradients():
     first, rest = [x[:, :, :6] for x in args], [x[:, :, 6:] for x in args]
     kw = dict(block_sizes=MLSTMBlockSizes(8), backend="gpu", interpret=True)
     _, state = jax.jit(lambda *a: mlstm_chunkwise(*a, return_state=True, **kw))(*first)
-    _, ref_state = jax.jit(lambda *a: mlstm(*a, form="parallel", return_state=True))(*first)
+    parallel = functools.partial(mlstm_heads_first, form="parallel", return_state=True)
+    _, ref_state = jax.jit(parallel)(*first)
     for a, b in zip(state, ref_state, strict=True):
         assert rel(a, b) < TOL
     w = jax.random.normal(jax.random.key(2), rest[2].shape)
@@ -173,14 +182,17 @@ def test_the_backward_runs_the_pallas_kernels():
 def test_the_reference_is_the_cells_parallel_form():
     """Pins the kernel file's jnp copy of the parallel form to jaxlab's."""
     args = inputs(1, 2, 19, 8, 8, seed=4)
-    parallel = functools.partial(mlstm, form="parallel")
+    parallel = functools.partial(mlstm_heads_first, form="parallel")
     assert rel(jax.jit(mlstm_chunkwise_reference)(*args), jax.jit(parallel)(*args)) < 1e-6
 
 
 def test_the_cell_dispatches_pallas_and_auto():
     args = inputs(1, 1, 12, 8, 8, seed=5)
-    cell = lambda form, **kw: jax.jit(functools.partial(mlstm, form=form, **kw))(*args)  # noqa: E731
+
+    def cell(form, **kw):
+        return jax.jit(functools.partial(mlstm_heads_first, form=form, **kw))(*args)
+
     assert rel(cell("pallas", chunk_size=8), cell("parallel")) < TOL
     np.testing.assert_array_equal(cell("auto"), cell("chunkwise"))
     with pytest.raises(ConfigError, match="power of two"):
-        mlstm(*args, form="pallas", chunk_size=12)
+        mlstm_heads_first(*args, form="pallas", chunk_size=12)

@@ -296,3 +296,21 @@ def test_float64_inputs_give_float64_accurate_attention(x64):
     for g, r in zip(grad(chunked), grad(reference), strict=True):
         assert g.dtype == jnp.float64
         np.testing.assert_allclose(g, r, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["xla", "xla_chunked", "pallas", "auto"])
+@pytest.mark.parametrize(
+    "B, T, S", [(0, 8, 8), (2, 0, 8), (2, 0, 0), (2, 4, 0)], ids=["B=0", "T=0", "T=S=0", "S=0"]
+)
+def test_empty_axes_give_what_jax_gives(B, T, S, impl):
+    """An empty batch, query or key axis (before: a ZeroDivisionError from the chunked path) gives
+    jax.nn.dot_product_attention's result (empty, or zeros for queries without keys; non-causal,
+    as JAX's has no causal mask for T != S), through every impl."""
+    q = jnp.ones((B, T, 4, 8))
+    k = jnp.ones((B, S, 2, 8))
+    out = dot_product_attention(q, k, k, causal=False, impl=impl)
+    want = jax.nn.dot_product_attention(q, k, k)
+    assert out.shape == want.shape == (B, T, 4, 8)
+    np.testing.assert_array_equal(out, want)
+    if impl == "xla_chunked":
+        np.testing.assert_array_equal(xla_chunked_attention(q, k, k, causal=False), want)

@@ -2,12 +2,12 @@
 
 The contract tests check teacher-forced cached logits against the full forward for every LM; here:
 greedy generation equals repeatedly taking the argmax of the full forward (no cache), sampling
-obeys temperature / top-k and its key, caches have the sizes they should, and misuse is a
-one-line error. For the attention kinds (swa, gswa, mlr): teacher-forced decoding equals the
-model's full forward, for prompts on and off the MLR block grid and for caches shorter and longer
-than ``seq_len``; the cached MLR attention, both its one-token (sliced) and its multi-token (masked)
-form, equals the dense construction of ``mlr_attention_reference`` laid on the same block grid,
-for every normalisation.
+obeys temperature / top-k and its key, caches have the sizes they should, and misuse (an
+unbatched prompt, ids outside the vocabulary included) is a one-line error. For the attention
+kinds (swa, gswa, mlr): teacher-forced decoding equals the model's full forward, for prompts on and
+off the MLR block grid and for caches shorter and longer than ``seq_len``; the cached MLR
+attention, both its one-token (sliced) and its multi-token (masked) form, equals the dense
+construction of ``mlr_attention_reference`` laid on the same block grid, for every normalisation.
 """
 
 import jax
@@ -21,7 +21,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.nn.attention import alibi_slopes, xla_attention
 from jaxlab.nn.attention_kinds import global_sliding_window_attention, sliding_window_attention
-from jaxlab.nn.generate import decode_step, generate, sample, teacher_forced_logits
+from jaxlab.nn.generate import decode_step, generate, prefill, sample, teacher_forced_logits
 from jaxlab.nn.kv_cache import (
     cached_attention,
     cached_global_sliding_window_attention,
@@ -105,6 +105,21 @@ def test_misuse_is_a_one_line_error():
         generate(learned, prompt, max_new_tokens=2, temperature=1.0)
     with pytest.raises(ConfigError, match="cannot generate"):
         generate(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), prompt, max_new_tokens=2)
+
+
+def test_prompts_are_checked_before_anything_compiles(model):
+    """An unbatched prompt (T,) and ids outside [0, vocab) are one-line errors from ``generate``
+    and ``prefill`` (before: an IndexError, and NaN or wrapped-around embeddings in silence)."""
+    prompt = jnp.zeros((1, 4), jnp.int32)
+    with pytest.raises(ConfigError, match=r"generate: tokens must be \(B, T\).*batch axis"):
+        generate(model, prompt[0], max_new_tokens=2)
+    for bad in (256, -1):
+        with pytest.raises(ConfigError, match=r"generate: token ids must lie in \[0, 256\)"):
+            generate(model, prompt.at[0, 2].set(bad), max_new_tokens=2)
+        with pytest.raises(ConfigError, match=r"prefill: token ids must lie in \[0, 256\)"):
+            prefill(model, prompt.at[0, 2].set(bad), max_len=8)
+    with pytest.raises(ConfigError, match="integer ids"):
+        generate(model, prompt.astype(jnp.float32), max_new_tokens=2)
 
 
 def test_models_without_a_cache_are_refused_whatever_their_attention_kind():

@@ -11,6 +11,7 @@ from flax import nnx
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.layers import count_params
 from jaxlab.nn.linear import LINEAR_KINDS, Dense, LinearKind, LinearSpec, MatmulImpl, btt_blocks
+from jaxlab.nn.spectral import Spectral
 
 AXES = ("embed", "mlp")
 # name: (spec, d_in, d_out)
@@ -222,3 +223,20 @@ def test_dense_pallas_matmul_equals_xla(activation):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(g_got), jax.tree.leaves(g_want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_spectral_without_an_init_scale_is_a_one_line_error():
+    """``Spectral`` built from a random draw needs ``std`` (and ``rngs``), as ``Dense`` does: no
+    default scale, which would be the zero matrix (``std=0``) without a word. Given one, its
+    weight has that entry scale (the SVD of the dense draw; 64 x 48 entries, so the sample std is
+    within a few percent)."""
+    with pytest.raises(ConfigError, match=r"Spectral\(8, 6\): give std >= 0 and rngs"):
+        Spectral(8, 6, rank=2, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="give std >= 0"):
+        Spectral(8, 6, rank=2, std=-0.1, rngs=nnx.Rngs(0))
+    with pytest.raises(ConfigError, match="rngs=None"):
+        Spectral(8, 6, rank=2, std=0.1)
+    layer = Spectral(64, 48, rank=4, std=0.5, rngs=nnx.Rngs(0))
+    assert np.std(np.asarray(layer.dense_matrix())) == pytest.approx(0.5, rel=0.05)
+    m = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_allclose(Spectral.from_matrix(m, 1).dense_matrix(), m, atol=1e-5)

@@ -299,3 +299,22 @@ def test_float64_inputs_give_float64_accurate_attention(x64):
     full = blockwise_full_attention(q, k, v, num_levels=3, tile=48)
     s = np.einsum("bthd,bshd->bhts", np.asarray(q), np.asarray(k)) / np.sqrt(8)
     np.testing.assert_allclose(full, numpy_attention_from_logits(s, v, True), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["xla", "pallas", "auto"])
+@pytest.mark.parametrize("shape", [(0, 16, 2), (2, 0, 2)], ids=["B=0", "T=0"])
+def test_an_empty_batch_or_sequence_gives_the_empty_result(shape, impl):
+    """B = 0 or T = 0 (before: ZeroDivisionError tracebacks) gives the empty ``(B, T, H, Dv)``
+    array in v's dtype, as ``jax.nn.dot_product_attention`` does, differentiably; the ranks are
+    still checked against the head dim."""
+    q = jnp.ones((*shape, sum(RANKS)), jnp.float32)
+    v = jnp.ones((*shape, 3), jnp.bfloat16)
+    out = mlr_attention(q, q, v, ranks=RANKS, impl=impl)
+    assert out.shape == (*shape, 3) and out.dtype == v.dtype
+    assert jax.nn.dot_product_attention(q, q, q).shape == (*shape, sum(RANKS))  # JAX's empties
+    grad = jax.grad(lambda q: jnp.sum(mlr_attention(q, q, v, ranks=RANKS, impl=impl)))(q)
+    assert grad.shape == q.shape
+    with pytest.raises(ConfigError, match="sum to 8; they must sum to the head dim 4"):
+        mlr_attention(q[..., :4], q[..., :4], v, ranks=RANKS, impl=impl)
+    with pytest.raises(ConfigError, match="block_len=0 must be a positive int"):
+        mlr_attention(q, q, v, ranks=RANKS, block_len=0)

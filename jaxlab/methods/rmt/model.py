@@ -263,7 +263,9 @@ class RMTLayer(nnx.Module):
 
 
 class RMT(nnx.Module):
-    """Residual Matrix Transformer LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32)."""
+    """Residual Matrix Transformer LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32).
+    Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`, in the
+    embedding)."""
 
     def __init__(self, cfg: RMTConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -301,8 +303,8 @@ class RMT(nnx.Module):
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T V"]:
         cfg = self.cfg
+        e_BTD = self.embed(tokens_BT, positions)  # checks the tokens (check_token_ids)
         B, T = tokens_BT.shape
-        e_BTD = self.embed(tokens_BT, positions)
         x_BTVK = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
         x_BTVK = constrain(x_BTVK, "batch", None, None, None)
         segment_ids = segment_ids if cfg.document_mask else None

@@ -23,6 +23,10 @@ information when the inputs are high-dimensional (``d_head < d``). The paper rep
   bilinear form between a query's and a key's features, dense ``T x T`` logits).
 * :class:`DotProductScore` — the standard multi-head baseline.
 
+Every score takes a batch ``x_BTD`` ``(B, T, D)``; an unbatched ``(T, D)`` sequence is a one-line
+error that says to add the batch axis (``x[None]``), as jaxlab's attention functions do, rather
+than a reshape the caller did not ask for.
+
 ``qk_norm=False`` removes the LayerNorms; the scores are then exactly ``x^T M_h x'`` for the matrix
 that :meth:`dense_matrices` reconstructs (tested). The authors' recipe (``src/model.py``) is a set
 of switches here: ``qk_norm`` (their ``do_qk_ln``, a bias-free LayerNorm, on for every model in
@@ -65,6 +69,17 @@ def _check_scale(logit_scale: str) -> None:
         raise ConfigError(f"logit_scale={logit_scale!r}: choose one of {list(LOGIT_SCALES)}")
 
 
+def _check_input(owner: str, x_BTD, d_model: int, num_queries: int | None) -> None:
+    """One line unless ``x`` is ``(B, T, d_model)`` and ``0 <= num_queries <= T``. Inputs are
+    batched, as every jaxlab sequence function's (one sequence: ``x[None]``)."""
+    shape = jnp.shape(x_BTD)
+    if len(shape) != 3 or shape[-1] != d_model:
+        hint = "; add a batch axis (x[None]) for one sequence" if len(shape) == 2 else ""
+        raise ConfigError(f"{owner}: x must be (B, T, D={d_model}); got shape {shape}{hint}")
+    if num_queries is not None and not 0 <= num_queries <= shape[1]:
+        raise ConfigError(f"{owner}: num_queries={num_queries} must lie in [0, T={shape[1]}]")
+
+
 class DotProductScore(nnx.Module):
     """Standard multi-head scores ``c * LN(x W_Q^h) . LN(x' W_K^h)``: ``c = 1/sqrt(d_head)``
     (``"sqrt"``) or the authors' ``8/d_head`` (``"mup"``); the LayerNorms (one for queries, one
@@ -95,6 +110,7 @@ class DotProductScore(nnx.Module):
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
     ) -> Float[Array, "B H S T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        _check_input("DotProductScore", x_BTD, self.q.d_in, num_queries)
         B, T, _ = x_BTD.shape
         S = T if num_queries is None else num_queries
         q_BSHE = self.q(x_BTD[:, T - S :]).reshape(B, S, self.num_heads, self.head_dim)
@@ -188,6 +204,7 @@ class BilinearBTTScore(nnx.Module):
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
     ) -> Float[Array, "B H S T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        _check_input("BilinearBTTScore", x_BTD, self.d_model, num_queries)
         T = x_BTD.shape[1]
         S = T if num_queries is None else num_queries
         k_BTHD = self._keys(x_BTD)
@@ -285,6 +302,7 @@ class BilinearMLRScore(nnx.Module):
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
     ) -> Float[Array, "B H S T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
+        _check_input("BilinearMLRScore", x_BTD, self.d_model, num_queries)
         T = x_BTD.shape[1]
         xq_BSD = x_BTD if num_queries is None else x_BTD[:, T - num_queries :]
         total = 0.0

@@ -36,9 +36,17 @@ differentiated, the same steps run as a ``lax.scan`` over chunk-major copies, wh
 is linear too (``_chunks``). Sequences that are not chunk multiples are padded with tokens that
 leave the state unchanged (``i = -1e30``, ``lf = 0``).
 ``pallas`` runs the chunkwise form through :func:`pallas_kernels.mlstm_chunkwise` (two kernels,
-``custom_vjp``; its final state carries no gradient); ``auto`` picks it on GPU/TPU under the
+``custom_vjp``), asked for ``h`` only: the kernel's own final state has no differentiation rule,
+so the final state, when asked for, comes from the one-step state formula of :func:`_final_state`
+in jnp (differentiable, as in the other forms); ``auto`` picks ``pallas`` on GPU/TPU under the
 repo-wide switch of the other kernels (:func:`jaxlab.nn.pallas_switch.pallas_ready`) and
 ``chunkwise`` elsewhere.
+
+Layout. The public functions take sequences as ``(B, T, H, D)`` and gates as ``(B, T, H)``, as
+:func:`jax.nn.dot_product_attention` and :func:`jaxlab.nn.attention.dot_product_attention` do;
+the forms run on a heads-first ``(B, H, T, D)`` copy (one transpose in, one out), the layout of the
+authors' kernels and of :func:`pallas_kernels.mlstm_chunkwise`. The state has no time axis:
+``C`` ``(B, H, Dk, Dv)``, ``n`` ``(B, H, Dk)``, ``m`` ``(B, H)``.
 """
 
 from __future__ import annotations
@@ -63,12 +71,12 @@ NEG = -1e30
 
 
 class MLSTMState(NamedTuple):
-    """Recurrent state of one mLSTM layer: ``C`` (B, NH, Dqk, Dv), ``n`` (B, NH, Dqk), ``m``
-    (B, NH), all in the cell's accumulation dtype (float32 at least)."""
+    """Recurrent state of one mLSTM layer: ``C`` (B, H, Dk, Dv), ``n`` (B, H, Dk), ``m`` (B, H),
+    all in the cell's accumulation dtype (float32 at least)."""
 
-    C: Float[Array, "B NH Dk Dv"]
-    n: Float[Array, "B NH Dk"]
-    m: Float[Array, "B NH"]
+    C: Float[Array, "B H Dk Dv"]
+    n: Float[Array, "B H Dk"]
+    m: Float[Array, "B H"]
 
 
 def _acc_dtype(*xs) -> jnp.dtype:
@@ -76,13 +84,23 @@ def _acc_dtype(*xs) -> jnp.dtype:
     return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
 
 
-def zero_state(B: int, NH: int, Dqk: int, Dv: int, dtype=jnp.float32) -> MLSTMState:
+def zero_state(B: int, H: int, Dk: int, Dv: int, dtype=jnp.float32) -> MLSTMState:
     """The state before the first token, ``(0, 0, 0)`` (the reference kernels' choice)."""
     return MLSTMState(
-        jnp.zeros((B, NH, Dqk, Dv), dtype),
-        jnp.zeros((B, NH, Dqk), dtype),
-        jnp.zeros((B, NH), dtype),
+        jnp.zeros((B, H, Dk, Dv), dtype),
+        jnp.zeros((B, H, Dk), dtype),
+        jnp.zeros((B, H), dtype),
     )
+
+
+def _check_state(owner: str, state, B: int, H: int, Dk: int, Dv: int) -> None:
+    want = ((B, H, Dk, Dv), (B, H, Dk), (B, H))
+    got = tuple(tuple(jnp.shape(x)) for x in state)
+    if len(got) != 3 or got != want:
+        raise ConfigError(
+            f"{owner}: the state (C, n, m) must have shapes (B, H, Dk, Dv), (B, H, Dk), (B, H) = "
+            f"{want}; got {got}"
+        )
 
 
 def _normalise(num, den, m, eps):
@@ -92,18 +110,35 @@ def _normalise(num, den, m, eps):
 
 def mlstm_step(
     state: MLSTMState,
-    q: Float[Array, "B NH Dk"],
-    k: Float[Array, "B NH Dk"],
-    v: Float[Array, "B NH Dv"],
-    i: Float[Array, "B NH"],
-    f: Float[Array, "B NH"],
+    q: Float[Array, "B H Dk"],
+    k: Float[Array, "B H Dk"],
+    v: Float[Array, "B H Dv"],
+    i: Float[Array, "B H"],
+    f: Float[Array, "B H"],
     *,
     eps: float = 1e-6,
-) -> tuple[Float[Array, "B NH Dv"], MLSTMState]:
+) -> tuple[Float[Array, "B H Dv"], MLSTMState]:
     """One token of the recurrence (module docstring; 7B paper Sec. 2): ``(h_t, state_t)``.
 
-    This is the decode step of generation; ``mlstm(form="recurrent")`` scans it.
+    The inputs are one time step of :func:`mlstm`'s ``(B, T, H, D)`` sequences (``x[:, t]``). This
+    is the decode step of generation; ``mlstm(form="recurrent")`` scans it.
+
+    Raises:
+      ConfigError: shapes that do not fit together or the state.
     """
+    if q.ndim != 3 or k.shape != q.shape or v.ndim != 3 or v.shape[:2] != q.shape[:2]:
+        raise ConfigError(
+            f"mlstm_step: q, k must be (B, H, Dk) and v (B, H, Dv) (one step of (B, T, H, D)); "
+            f"got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if i.shape != q.shape[:2] or f.shape != q.shape[:2]:
+        raise ConfigError(f"mlstm_step: gates i, f must be (B, H) = {q.shape[:2]}; got "
+                          f"{i.shape}, {f.shape}")  # fmt: skip
+    _check_state("mlstm_step", state, *q.shape, v.shape[-1])
+    return _step(state, q, k, v, i, f, eps)
+
+
+def _step(state, q, k, v, i, f, eps):
     dt = state.C.dtype
     q, k, v = (x.astype(dt) for x in (q, k, v))
     lf = jax.nn.log_sigmoid(f.astype(dt))
@@ -121,7 +156,7 @@ def mlstm_step(
 
 def _recurrent(q, k, v, i, f, state, eps):
     def body(state, xs):
-        h, state = mlstm_step(state, *xs, eps=eps)
+        h, state = _step(state, *xs, eps)
         return state, h
 
     xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v, i, f))
@@ -172,13 +207,26 @@ def _final_state(k, v, i, lf, state):
     return MLSTMState(C, n, m)
 
 
-def mlstm_parallel(q, k, v, i, f, state: MLSTMState, eps: float = 1e-6):
-    """The quadratic (parallel) form over the whole sequence: ``(h, final state)``."""
+def _parallel(q, k, v, i, f, state, eps):
+    """The quadratic (parallel) form over the whole (heads-first) sequence: ``(h, final state)``."""
     dt = state.C.dtype
     q, k, v, i = (x.astype(dt) for x in (q, k, v, i))
     lf = jax.nn.log_sigmoid(f.astype(dt))
     h, _ = _parallel_with_state(q, k, v, i, lf, state, eps)
     return h, _final_state(k, v, i, lf, state)
+
+
+def mlstm_parallel(
+    q: Float[Array, "B T H Dk"],
+    k: Float[Array, "B T H Dk"],
+    v: Float[Array, "B T H Dv"],
+    i: Float[Array, "B T H"],
+    f: Float[Array, "B T H"],
+    state: MLSTMState | tuple | None = None,
+    eps: float = 1e-6,
+) -> tuple[Float[Array, "B T H Dv"], MLSTMState]:
+    """The quadratic (parallel) form: ``mlstm(..., form="parallel", return_state=True)``."""
+    return mlstm(q, k, v, i, f, form="parallel", initial_state=state, return_state=True, eps=eps)
 
 
 def _chunk(state, q, k, v, i, lf, eps):
@@ -254,71 +302,101 @@ def _chunkwise(q, k, v, i, f, state, chunk_size, eps):
     return h.reshape(B, NH, Nc * L, Dv)[:, :, :S], final
 
 
+def _check_inputs(q, k, v, i, f) -> None:
+    if q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
+        raise ConfigError(
+            f"mlstm: q, k must be (B, T, H, Dk) and v (B, T, H, Dv), as in "
+            f"jax.nn.dot_product_attention; got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    if i.shape != q.shape[:3] or f.shape != q.shape[:3]:
+        raise ConfigError(
+            f"mlstm: gates i, f must be (B, T, H) = {q.shape[:3]}; got {i.shape}, {f.shape}"
+        )
+
+
 def mlstm(
-    q: Float[Array, "B NH S Dk"],
-    k: Float[Array, "B NH S Dk"],
-    v: Float[Array, "B NH S Dv"],
-    i: Float[Array, "B NH S"],
-    f: Float[Array, "B NH S"],
+    q: Float[Array, "B T H Dk"],
+    k: Float[Array, "B T H Dk"],
+    v: Float[Array, "B T H Dv"],
+    i: Float[Array, "B T H"],
+    f: Float[Array, "B T H"],
     *,
     form: CellForm = "chunkwise",
     chunk_size: int = 64,
     initial_state: MLSTMState | tuple | None = None,
     return_state: bool = False,
     eps: float = 1e-6,
-):
+) -> Float[Array, "B T H Dv"] | tuple[Float[Array, "B T H Dv"], MLSTMState]:
     """The mLSTM cell over a sequence (module docstring for the equations and forms).
 
+    Sequences are ``(B, T, H, D)`` (batch, time, heads, features), as in
+    :func:`jax.nn.dot_product_attention`; every form is differentiable in every input, the initial
+    state included, and (with ``return_state``) through the final state.
+
     Args:
-      q, k: queries and keys ``(B, NH, S, Dqk)``; q is scaled by ``1/sqrt(Dqk)`` here.
-      v: values ``(B, NH, S, Dv)``.
-      i, f: input- and forget-gate pre-activations ``(B, NH, S)``.
-      form: ``"chunkwise"`` (default), ``"parallel"`` (quadratic in S), ``"recurrent"``,
+      q, k: queries and keys ``(B, T, H, Dk)``; q is scaled by ``1/sqrt(Dk)`` here.
+      v: values ``(B, T, H, Dv)``.
+      i, f: input- and forget-gate pre-activations ``(B, T, H)``.
+      form: ``"chunkwise"`` (default), ``"parallel"`` (quadratic in T), ``"recurrent"``,
         ``"pallas"`` (the kernels) or ``"auto"`` (``pallas`` where :func:`pallas_ready`, else
         ``chunkwise``).
-      chunk_size: chunk length of the chunkwise form (any S works; the last chunk is padded); for
+      chunk_size: chunk length of the chunkwise form (any T works; the last chunk is padded); for
         ``pallas`` a power of two >= 8.
-      initial_state: ``(C, n, m)`` before the first token; default ``(0, 0, 0)``.
+      initial_state: ``(C, n, m)`` before the first token, shapes ``(B, H, Dk, Dv)``,
+        ``(B, H, Dk)``, ``(B, H)``; default ``(0, 0, 0)``.
       return_state: also return the state after the last token.
       eps: added to the normaliser ``max(|nᵀq|, exp(-m))``.
 
     Returns:
-      ``h`` ``(B, NH, S, Dv)`` in the accumulation dtype (float32, or float64 for float64 inputs),
-      and with ``return_state`` the final :class:`MLSTMState`.
+      ``h`` ``(B, T, H, Dv)`` in the accumulation dtype (float32, or float64 for float64 inputs;
+      ``pallas`` computes in float32 only), and with ``return_state`` the final
+      :class:`MLSTMState`.
+
+    Raises:
+      ConfigError: shapes that do not fit together (one line, naming the expected ones), a
+        non-positive ``chunk_size``, an unknown ``form``, or a ``pallas`` chunk the kernel refuses.
     """
-    if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-        raise ConfigError(
-            f"mlstm: q, k must be (B, NH, S, Dqk) and v (B, NH, S, Dv); got q {q.shape}, "
-            f"k {k.shape}, v {v.shape}"
-        )
-    if i.shape != q.shape[:3] or f.shape != q.shape[:3]:
-        raise ConfigError(f"mlstm: gates i, f must be {q.shape[:3]}; got {i.shape}, {f.shape}")
+    _check_inputs(q, k, v, i, f)
     if chunk_size <= 0:
         raise ConfigError(f"mlstm: chunk_size must be positive, got {chunk_size}")
+    if form not in get_args(CellForm):
+        raise ConfigError(f"mlstm: unknown form {form!r}; choose {', '.join(get_args(CellForm))}")
     dt = _acc_dtype(q, k, v, i, f)
-    B, NH, _, Dk = q.shape
+    B, _, H, Dk = q.shape
     if initial_state is None:
-        state = zero_state(B, NH, Dk, v.shape[-1], dt)
+        state = zero_state(B, H, Dk, v.shape[-1], dt)
     else:
+        _check_state("mlstm", initial_state, B, H, Dk, v.shape[-1])
         state = MLSTMState(*(jnp.asarray(x, dt) for x in initial_state))
+    # The forms run heads-first, (B, H, T, D) and (B, H, T) (module docstring, Layout).
+    q, k, v, i, f = (jnp.swapaxes(x, 1, 2) for x in (q, k, v, i, f))
     if form == "auto":
         form = "pallas" if pallas_ready() else "chunkwise"
     if form == "pallas":
-        try:
-            blocks = pallas_kernels.MLSTMBlockSizes(chunk=chunk_size)
-            h, final = pallas_kernels.mlstm_chunkwise(
-                q, k, v, i, f, initial_state=tuple(state), return_state=True, eps=eps,
-                block_sizes=blocks,
-            )  # fmt: skip
-        except pallas_kernels.KernelConfigError as err:
-            raise ConfigError(f"mlstm(form='pallas'): {err}") from None
-        final = MLSTMState(*final)
+        h, final = _pallas(q, k, v, i, f, state, chunk_size, eps, return_state)
     elif form == "recurrent":
         h, final = _recurrent(q, k, v, i, f, state, eps)
     elif form == "parallel":
-        h, final = mlstm_parallel(q, k, v, i, f, state, eps)
-    elif form == "chunkwise":
-        h, final = _chunkwise(q, k, v, i, f, state, chunk_size, eps)
+        h, final = _parallel(q, k, v, i, f, state, eps)
     else:
-        raise ConfigError(f"mlstm: unknown form {form!r}; choose {', '.join(get_args(CellForm))}")
+        h, final = _chunkwise(q, k, v, i, f, state, chunk_size, eps)
+    h = jnp.swapaxes(h, 1, 2)
     return (h, final) if return_state else h
+
+
+def _pallas(q, k, v, i, f, state, chunk_size, eps, return_state):
+    """The kernels for ``h`` (their ``custom_vjp``), asked for no state: the kernel's final state
+    has no differentiation rule, so ``jax.grad`` through it fails ("Linearization failed"). The
+    final state, when asked for, is :func:`_final_state` in jnp (differentiable)."""
+    try:
+        blocks = pallas_kernels.MLSTMBlockSizes(chunk=chunk_size)
+        h = pallas_kernels.mlstm_chunkwise(
+            q, k, v, i, f, initial_state=tuple(state), eps=eps, block_sizes=blocks
+        )
+    except pallas_kernels.KernelConfigError as err:
+        raise ConfigError(f"mlstm(form='pallas'): {err}") from None
+    if not return_state:
+        return h, None
+    dt = state.C.dtype
+    k, v, i = (x.astype(dt) for x in (k, v, i))
+    return h, _final_state(k, v, i, jax.nn.log_sigmoid(f.astype(dt)), state)

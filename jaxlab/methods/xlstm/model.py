@@ -57,7 +57,7 @@ from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.norm import MultiHeadNorm
 from jaxlab.methods.xlstm.slstm import SLSTMState, sLSTMLayer, zero_slstm_state
 from jaxlab.nn.init import EMBEDDING_STD, unembedding_std, weight_std
-from jaxlab.nn.layers import param_init, unembedding
+from jaxlab.nn.layers import check_token_ids, param_init, unembedding
 
 __all__ = [
     "InitStds",
@@ -181,24 +181,24 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
     ) -> tuple[Float[Array, "B T E"], MLSTMState]:
         B, T, _ = x_BTE.shape
 
-        def heads(y, d):  # (B, T, NH*d) -> (B, NH, T, d)
-            return y.reshape(B, T, self.heads, d).transpose(0, 2, 1, 3)
+        def heads(y, d):  # (B, T, NH*d) -> (B, T, NH, d), the cell's layout
+            return y.reshape(B, T, self.heads, d)
 
         q, k = heads(self.q(x_BTE), self.dk), heads(self.k(x_BTE), self.dk)
         v = heads(self.v(x_BTE), self.dv)
-        i_BHT = self.igate(x_BTE).transpose(0, 2, 1)
+        i_BTH = self.igate(x_BTE)
         # A closed forget gate at a document start zeroes the carried state (module docstring).
-        f_BHT = jnp.where(reset_BT[:, None, :], NEG, self.fgate(x_BTE).transpose(0, 2, 1))
+        f_BTH = jnp.where(reset_BT[:, :, None], NEG, self.fgate(x_BTE))
         if T == 1 and state is not None:  # decode: one recurrent step
-            h, state = mlstm_step(state, q[:, :, 0], k[:, :, 0], v[:, :, 0], i_BHT[..., 0],
-                                  f_BHT[..., 0], eps=self.eps)  # fmt: skip
-            h_BHTV = h[:, :, None]
+            h, state = mlstm_step(state, q[:, 0], k[:, 0], v[:, 0], i_BTH[:, 0], f_BTH[:, 0],
+                                  eps=self.eps)  # fmt: skip
+            h_BTHV = h[:, None]
         else:
-            h_BHTV, state = mlstm(
-                q, k, v, i_BHT, f_BHT, form=self.form, chunk_size=self.chunk_size,
+            h_BTHV, state = mlstm(
+                q, k, v, i_BTH, f_BTH, form=self.form, chunk_size=self.chunk_size,
                 initial_state=state, return_state=True, eps=self.eps,
             )  # fmt: skip
-        h_BTV = self.norm(h_BHTV.transpose(0, 2, 1, 3))
+        h_BTV = self.norm(h_BTHV)
         o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(h_BTV.dtype))
         return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
 
@@ -292,7 +292,9 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
 
 class xLSTM(nnx.Module):  # noqa: N801
     """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
-    model)."""
+    model). Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`: a
+    one-line error for ids outside ``[0, vocab_size)`` when concrete, a checkify check under
+    ``jit``)."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -387,6 +389,7 @@ class xLSTM(nnx.Module):  # noqa: N801
     ) -> Float[Array, "B T E"]:
         """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits."""
         del positions  # the recurrence carries order
+        check_token_ids(tokens_BT, self.cfg.vocab_size)
         B, T = tokens_BT.shape
         reset_BT = jnp.zeros((B, T), bool)  # a row starts from the zero state (docstring)
         if segment_ids is not None and self.cfg.document_mask:
@@ -418,6 +421,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         self, tokens_BT: Int[Array, "B T"], cache: XLSTMCache
     ) -> tuple[Float[Array, "B T V"], XLSTMCache]:
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
+        check_token_ids(tokens_BT, self.cfg.vocab_size)
         # No reset: a fresh cache holds the zero state a row starts from (module docstring).
         h_BTE, states = self._run(tokens_BT, jnp.zeros(tokens_BT.shape, bool), cache.states)
         return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + tokens_BT.shape[1])

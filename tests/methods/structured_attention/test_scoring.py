@@ -45,6 +45,33 @@ def test_scores_are_the_bilinear_form_of_the_reconstructed_matrix(make, x):
     np.testing.assert_allclose(score(x), _bilinear(x, score.dense_matrices()), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: BilinearBTTScore(D, 2, rngs=r),
+        lambda r: BilinearMLRScore(D, 2, ranks=(2, 1, 1), qk_norm=False, rngs=r),
+        lambda r: DotProductScore(D, 4, rngs=r),
+    ],
+    ids=["btt", "mlr", "mha"],
+)
+def test_an_unbatched_or_misshapen_input_is_a_one_line_error(make, x):
+    """Scores take ``(B, T, D)`` as every jaxlab sequence function; ``(T, D)`` (before: a
+    traceback from unpacking three axes) is refused with the batch axis to add, as are a wrong
+    feature width and a ``num_queries`` past T."""
+    score = make(nnx.Rngs(4))
+    name = type(score).__name__
+    with pytest.raises(
+        ConfigError,
+        match=rf"{name}: x must be \(B, T, D=16\); got shape \(6, 16\); add a batch axis",
+    ):
+        score(x[0])
+    with pytest.raises(ConfigError, match=r"x must be \(B, T, D=16\); got shape \(2, 6, 8\)$"):
+        score(x[..., :8])
+    with pytest.raises(ConfigError, match=r"num_queries=7 must lie in \[0, T=6\]"):
+        score(x, num_queries=7)
+    assert score(x, num_queries=2).shape == (2, score(x).shape[1], 2, 6)
+
+
 def test_btt_with_tt_rank_one_is_full_rank():
     m = BilinearBTTScore(D, 3, rngs=nnx.Rngs(2)).dense_matrices()
     assert [_rank(mh) for mh in m] == [D] * 3

@@ -16,6 +16,11 @@ zero state's term out of the stabiliser, so it agrees with jaxlab's at ``eps = 0
 :mod:`jaxlab.methods.xlstm.cell`). Tolerances, relative to max|h|: 1e-10 in float64 (summation
 order only), 2e-5 in float32 (as ``test_cell``: sums of up to S terms of size max|h| in another
 order). The Pallas kernels compute in float32 only, so they are compared in float32.
+
+Layouts: jaxlab's ``mlstm`` takes ``(B, T, H, D)`` sequences and ``(B, T, H)`` gates (the layout of
+``jax.nn.dot_product_attention``); the authors' forms, like ``pallas_kernels.mlstm_chunkwise``,
+take heads first, ``(B, NH, S, D)`` and ``(B, NH, S)``. :func:`inputs` draws the jaxlab layout and
+:func:`heads_first` transposes it for the authors' side, so the tests also pin the transpose.
 """
 
 import importlib
@@ -79,18 +84,25 @@ def dtype(request):
 
 
 def inputs(dtype, seed=0):
+    """q, k, v ``(B, S, NH, D)``, gates ``(B, S, NH)`` (jaxlab's layout) and a state."""
     rng = np.random.default_rng(seed)
-    q, k = (rng.normal(size=(B, NH, S, DK)) for _ in range(2))
-    v = rng.normal(size=(B, NH, S, DV))
-    i, f = rng.normal(size=(B, NH, S)) * 3, rng.normal(size=(B, NH, S)) + 2
+    q, k = (rng.normal(size=(B, S, NH, DK)) for _ in range(2))
+    v = rng.normal(size=(B, S, NH, DV))
+    i, f = rng.normal(size=(B, S, NH)) * 3, rng.normal(size=(B, S, NH)) + 2
     C0, n0 = rng.normal(size=(B, NH, DK, DV)) * 0.3, rng.normal(size=(B, NH, DK)) * 0.3
     m0 = rng.normal(size=(B, NH))
     cast = lambda xs: tuple(jnp.asarray(x, dtype) for x in xs)  # noqa: E731
     return cast((q, k, v, i, f)), cast((C0, n0, m0))
 
 
+def heads_first(*xs):
+    """``(B, S, NH, ...)`` -> ``(B, NH, S, ...)``: the authors' (and the kernel's) layout."""
+    return tuple(jnp.swapaxes(x, 1, 2) for x in xs)
+
+
 def authors_recurrent(q, k, v, i, f, state, eps):
-    """The authors' step, token by token (their ``native_sequence`` loop; m is ``(B, NH, 1)``)."""
+    """The authors' step, token by token (their ``native_sequence`` loop; m is ``(B, NH, 1)``),
+    on heads-first inputs."""
     C, n, m = state[0], state[1], state[2][..., None]
     hs = []
     for t in range(q.shape[2]):
@@ -112,7 +124,8 @@ def rel(a, b):
 def test_forms_match_the_authors_recurrent_step(dtype, eps, form):
     """From a random initial state, outputs and final state."""
     (q, k, v, i, f), state = inputs(dtype)
-    h_ref, state_ref = authors_recurrent(q, k, v, i, f, state, eps)
+    h_ref, state_ref = authors_recurrent(*heads_first(q, k, v, i, f), state, eps)
+    h_ref = jnp.swapaxes(h_ref, 1, 2)
     h, final = mlstm(
         q, k, v, i, f, form=form, chunk_size=CHUNK, initial_state=state, eps=eps,
         return_state=True,
@@ -127,8 +140,9 @@ def test_forms_match_the_authors_recurrent_step(dtype, eps, form):
 def test_chunkwise_matches_the_authors_chunkwise(dtype):
     (q, k, v, i, f), state = inputs(dtype, seed=1)
     h_ref, state_ref = AUTHORS.chunkwise(
-        q, k, v, i, f, *state, return_last_states=True, eps=1e-6, chunk_size=CHUNK
+        *heads_first(q, k, v, i, f), *state, return_last_states=True, eps=1e-6, chunk_size=CHUNK
     )
+    h_ref = jnp.swapaxes(h_ref, 1, 2)
     h, final = mlstm(
         q, k, v, i, f, form="chunkwise", chunk_size=CHUNK, initial_state=state, return_state=True
     )
@@ -141,14 +155,16 @@ def test_chunkwise_matches_the_authors_chunkwise(dtype):
 def test_parallel_matches_the_authors_parallel_at_eps_0(dtype):
     """The authors' parallel form has no initial state: from zeros, at eps = 0 (docstring)."""
     (q, k, v, i, f), _ = inputs(dtype, seed=2)
-    h_ref = AUTHORS.parallel(q, k, v, i, f, eps=0.0)
+    h_ref = jnp.swapaxes(AUTHORS.parallel(*heads_first(q, k, v, i, f), eps=0.0), 1, 2)
     assert rel(mlstm(q, k, v, i, f, form="parallel", eps=0.0), h_ref) < TOL[dtype]
 
 
 @pytest.mark.parametrize("style", ["gpu", pytest.param("tpu", marks=pytest.mark.slow)])
 def test_pallas_kernel_matches_the_authors_chunkwise(style):
-    """jaxlab's Pallas kernels (interpret mode, float32) against the authors' chunkwise form."""
+    """jaxlab's Pallas kernels (interpret mode, float32; heads first, as the authors') against
+    the authors' chunkwise form."""
     (q, k, v, i, f), state = inputs(np.float32, seed=3)
+    q, k, v, i, f = heads_first(q, k, v, i, f)
     h_ref, state_ref = AUTHORS.chunkwise(
         q, k, v, i, f, *state, return_last_states=True, eps=1e-6, chunk_size=8
     )

@@ -1,4 +1,7 @@
-"""The mLSTM cell: its three forms agree with each other and with a plain numpy float64 loop.
+"""The mLSTM cell: its forms agree with each other and with a plain numpy float64 loop.
+
+Sequences are ``(B, T, H, D)`` and gates ``(B, T, H)``, the layout of
+``jax.nn.dot_product_attention``; the numpy loop indexes them that way.
 
 Tolerances are relative to max|h| (h reaches 10-1000 on random inputs, so absolute tolerances would
 be meaningless): 1e-10 in float64 (the forms differ only in summation order), 2e-5 in float32 (the
@@ -10,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxlab.methods.xlstm.cell as cell
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.xlstm import MLSTMState, mlstm, mlstm_step
 
@@ -19,18 +23,18 @@ FORMS = ("recurrent", "parallel", "chunkwise")
 
 def inputs(S, seed=0, dtype=np.float64, f_shift=2.0):
     rng = np.random.default_rng(seed)
-    q, k = (rng.normal(size=(B, NH, S, DK)) for _ in range(2))
-    v = rng.normal(size=(B, NH, S, DV))
-    i = rng.normal(size=(B, NH, S)) * 3
-    f = rng.normal(size=(B, NH, S)) + f_shift
+    q, k = (rng.normal(size=(B, S, NH, DK)) for _ in range(2))
+    v = rng.normal(size=(B, S, NH, DV))
+    i = rng.normal(size=(B, S, NH)) * 3
+    f = rng.normal(size=(B, S, NH)) + f_shift
     return tuple(x.astype(dtype) for x in (q, k, v, i, f))
 
 
 def numpy_reference(q, k, v, i, f, eps, state=None):
-    """The recurrence written out token by token in float64 (no JAX)."""
+    """The recurrence written out token by token in float64 (no JAX), on ``(B, T, H, D)``."""
     q, k, v, i, f = (np.asarray(x, np.float64) for x in (q, k, v, i, f))
-    Bs, H, S, Dk = q.shape
-    h = np.zeros((Bs, H, S, v.shape[-1]))
+    Bs, S, H, Dk = q.shape
+    h = np.zeros((Bs, S, H, v.shape[-1]))
     C_out, n_out, m_out = [], [], []
     for b in range(Bs):
         for hd in range(H):
@@ -39,14 +43,14 @@ def numpy_reference(q, k, v, i, f, eps, state=None):
             else:
                 C, n, m = (np.array(x[b, hd], np.float64) for x in state)
             for t in range(S):
-                lf = -np.log1p(np.exp(-f[b, hd, t]))
-                m_new = max(lf + m, i[b, hd, t])
-                fg, ig = np.exp(lf + m - m_new), np.exp(i[b, hd, t] - m_new)
-                C = fg * C + ig * np.outer(k[b, hd, t], v[b, hd, t])
-                n = fg * n + ig * k[b, hd, t]
+                lf = -np.log1p(np.exp(-f[b, t, hd]))
+                m_new = max(lf + m, i[b, t, hd])
+                fg, ig = np.exp(lf + m - m_new), np.exp(i[b, t, hd] - m_new)
+                C = fg * C + ig * np.outer(k[b, t, hd], v[b, t, hd])
+                n = fg * n + ig * k[b, t, hd]
                 m = m_new
-                qs = q[b, hd, t] / np.sqrt(Dk)
-                h[b, hd, t] = C.T @ qs / (max(abs(n @ qs), np.exp(-m)) + eps)
+                qs = q[b, t, hd] / np.sqrt(Dk)
+                h[b, t, hd] = C.T @ qs / (max(abs(n @ qs), np.exp(-m)) + eps)
             C_out.append(C), n_out.append(n), m_out.append(m)
     shape = (Bs, H)
     return h, (
@@ -97,7 +101,7 @@ def test_bfloat16_inputs_accumulate_in_float32():
 
 def test_gradients_agree_across_forms(x64):
     args = inputs(11, seed=2)
-    w = np.random.default_rng(9).normal(size=(B, NH, 11, DV))
+    w = np.random.default_rng(9).normal(size=(B, 11, NH, DV))
 
     def loss(form, *a):
         return jnp.sum(mlstm(*a, form=form, chunk_size=4) * w)
@@ -159,11 +163,11 @@ def test_chunkwise_forward_and_reverse_mode_with_a_state_match_the_other_forms(x
 def test_splitting_and_carrying_the_state_reproduces_one_pass(x64, form, split):
     args = inputs(19, seed=4)
     h_full, s_full = mlstm(*args, form=form, chunk_size=4, return_state=True)
-    first = [x[:, :, :split] for x in args]
-    rest = [x[:, :, split:] for x in args]
+    first = [x[:, :split] for x in args]
+    rest = [x[:, split:] for x in args]
     h1, s1 = mlstm(*first, form=form, chunk_size=4, return_state=True)
     h2, s2 = mlstm(*rest, form=form, chunk_size=4, initial_state=s1, return_state=True)
-    assert rel_err(jnp.concatenate([h1, h2], axis=2), h_full) < 1e-10
+    assert rel_err(jnp.concatenate([h1, h2], axis=1), h_full) < 1e-10
     for a, b in zip(s2, s_full, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
@@ -182,17 +186,98 @@ def test_nonzero_initial_state_matches_the_numpy_loop(x64):
 
 def test_decode_step_is_one_token_of_the_scan(x64):
     args = inputs(3, seed=7)
-    h, state = mlstm(*[x[:, :, :2] for x in args], form="chunkwise", return_state=True)
-    h_step, _ = mlstm_step(state, *(x[:, :, 2] for x in args))
+    h, state = mlstm(*[x[:, :2] for x in args], form="chunkwise", return_state=True)
+    h_step, _ = mlstm_step(state, *(x[:, 2] for x in args))
     h_all = mlstm(*args, form="parallel")
-    assert rel_err(h_step, h_all[:, :, 2]) < 1e-10
+    assert rel_err(h_step, h_all[:, 2]) < 1e-10
 
 
 def test_bad_shapes_and_options_are_config_errors():
     q, k, v, i, f = inputs(4, dtype=np.float32)
     with pytest.raises(ConfigError, match="gates"):
-        mlstm(q, k, v, i[..., :3], f)
+        mlstm(q, k, v, i[:, :3], f)
     with pytest.raises(ConfigError, match="q, k must be"):
         mlstm(q, k[..., :3], v, i, f)
     with pytest.raises(ConfigError, match="unknown form"):
         mlstm(q, k, v, i, f, form="nope")
+    state = (np.zeros((B, NH, DK, DV)), np.zeros((B, NH, DK)), np.zeros((B, NH)))
+    with pytest.raises(ConfigError, match=r"state \(C, n, m\) must have shapes"):
+        mlstm(q, k, v, i, f, initial_state=(state[0][..., :2], *state[1:]))
+    with pytest.raises(ConfigError, match=r"gates i, f must be \(B, H\)"):
+        mlstm_step(MLSTMState(*state), q[:, 0], k[:, 0], v[:, 0], i[:, :1], f[:, 0])
+
+
+def test_heads_first_gates_are_a_one_line_error():
+    """Gates laid out heads-first ``(B, H, T)`` (the layout before ``(B, T, H, D)``) are refused
+    with the expected shape, not broadcast or reinterpreted."""
+    q, k, v, i, f = inputs(5, dtype=np.float32)
+    with pytest.raises(ConfigError, match=r"gates i, f must be \(B, T, H\) = \(2, 5, 2\)"):
+        mlstm(q, k, v, i.transpose(0, 2, 1), f.transpose(0, 2, 1))
+
+
+def test_time_and_head_axes_are_not_swapped(x64):
+    """With T != H the ``(B, T, H, D)`` call equals the numpy loop over t for each head, and the
+    same arrays read heads-first (T and H swapped) give another answer: the layout matters."""
+    args = inputs(6, seed=11)
+    h_ref, _ = numpy_reference(*args, 1e-6)
+    h = mlstm(*args, form="chunkwise", chunk_size=4)
+    assert h.shape == (B, 6, NH, DV)
+    assert rel_err(h, h_ref) < 1e-10
+    swapped = [np.swapaxes(x, 1, 2) for x in args]
+    h_swapped = np.swapaxes(mlstm(*swapped, form="chunkwise", chunk_size=4), 1, 2)
+    assert rel_err(h_swapped, h_ref) > 1e-2
+
+
+# ------------------------------------------------------------------ gradients of every form
+
+GRAD_T = 13  # off the Pallas chunk grid of 8: two chunks, the second padded
+
+
+@pytest.fixture(scope="module")
+def grad_problem():
+    """float32 inputs, a random initial state and cotangent weights for ``h`` and the final state,
+    and the gradients of the weighted sum by the parallel form in float64 (the reference)."""
+    rng = np.random.default_rng(12)
+    args = inputs(GRAD_T, seed=13, dtype=np.float32)
+    state = (rng.normal(size=(B, NH, DK, DV)) * 0.3, rng.normal(size=(B, NH, DK)) * 0.3,
+             rng.normal(size=(B, NH)))  # fmt: skip
+    state = tuple(x.astype(np.float32) for x in state)
+    w = (rng.normal(size=(B, GRAD_T, NH, DV)), rng.normal(size=(B, NH, DK, DV)),
+         rng.normal(size=(B, NH, DK)), rng.normal(size=(B, NH)))  # fmt: skip
+    with jax.enable_x64(True):
+        ref = jax.grad(_weighted("parallel", w), argnums=range(8))(
+            *(np.asarray(x, np.float64) for x in (*args, *state))
+        )
+        ref = [np.asarray(g) for g in ref]
+    return (*args, *state), w, ref
+
+
+def _weighted(form, w):
+    """A scalar of ``h`` and the final state, so every output gets a cotangent."""
+
+    def loss(q, k, v, i, f, C, n, m):
+        h, s = mlstm(q, k, v, i, f, form=form, chunk_size=8, initial_state=(C, n, m),
+                     return_state=True)  # fmt: skip
+        return sum(jnp.sum(x * jnp.asarray(wx, x.dtype)) for x, wx in zip((h, *s), w, strict=True))
+
+    return loss
+
+
+@pytest.mark.parametrize("form", ["recurrent", "parallel", "chunkwise", "pallas", "auto"])
+def test_grad_through_every_form_matches_the_float64_parallel_form(grad_problem, form, monkeypatch):
+    """``jax.grad`` of every form (``pallas`` in interpret mode; ``auto`` as on a GPU with the
+    switch on, where it picks the kernels) in ``q, k, v, i, f`` and the initial state, through
+    ``h`` and the final state. Before the fix ``pallas`` raised "Linearization failed": the cell
+    asked the kernel for its final state, which has no differentiation rule. Tolerance 5e-5 of
+    max|grad|: float32 sums of up to T terms (and the kernel's gate formulas drop the eps-sized
+    stabiliser dependence, pallas_kernels.mlstm_chunkwise)."""
+    if form == "auto":
+        monkeypatch.setattr(cell, "pallas_ready", lambda: True)  # as on a GPU/TPU with it on
+    primals, w, ref = grad_problem
+    loss = _weighted(form, w)
+    if form in ("pallas", "auto"):
+        assert "pallas_call" in str(jax.make_jaxpr(loss)(*primals))
+    grads = jax.jit(jax.grad(loss, argnums=range(8)))(*primals)
+    for name, g, g_ref in zip("qkvifCnm", grads, ref, strict=True):
+        assert g.dtype == jnp.float32, name
+        assert rel_err(g, g_ref) < 5e-5, (form, name)
