@@ -27,8 +27,8 @@ import jax.numpy as jnp
 from jax.scipy.special import xlogy
 from jaxtyping import Array, Float
 
-from jaxlab.core.errors import ConfigError
 from jaxlab.ot.dual import plan
+from jaxlab.ot.problem import check_choice
 
 __all__ = ["CONVENTIONS", "check_convention", "value_from_potentials"]
 
@@ -39,11 +39,7 @@ CONVENTIONS = ("paper", "ent_reg_cost", "reg_ot_cost")
 
 def check_convention(convention: Any) -> str:
     """``convention`` if it is one of :data:`CONVENTIONS`, else a one-line ConfigError."""
-    if convention not in CONVENTIONS:
-        raise ConfigError(
-            f"convention must be one of {', '.join(map(repr, CONVENTIONS))}, got {convention!r}"
-        )
-    return convention
+    return check_choice("convention", convention, CONVENTIONS)
 
 
 def value_from_potentials(

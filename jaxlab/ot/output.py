@@ -26,10 +26,10 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxlab.core.errors import ConfigError, RunError
+from jaxlab.core.errors import RunError
 from jaxlab.core.iterate import Iteration
 from jaxlab.ot.dual import plan, split
-from jaxlab.ot.problem import is_traced
+from jaxlab.ot.problem import check_choice, is_traced
 
 __all__ = [
     "UNCONVERGED",
@@ -135,11 +135,7 @@ def to_output(raw: RawSolution, cost: Float[Array, "n m"], epsilon, seconds: Any
 
 def check_unconverged(unconverged: Any) -> str:
     """``unconverged`` if it is one of :data:`UNCONVERGED`, else a one-line ConfigError."""
-    if unconverged not in UNCONVERGED:
-        raise ConfigError(
-            f"unconverged must be one of {', '.join(map(repr, UNCONVERGED))}, got {unconverged!r}"
-        )
-    return unconverged
+    return check_choice("unconverged", unconverged, UNCONVERGED)
 
 
 def report_convergence(

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_TOL",
     "MIN_TOL_ULPS",
     "check_arrays",
+    "check_choice",
     "check_inputs",
     "check_positive",
     "check_solver_call",
@@ -68,6 +69,13 @@ def check_positive(name: str, value: Any) -> None:
         )
     if not (np.isfinite(arr) and arr > 0):
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else a one-line ConfigError naming them."""
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 def solve_dtype(*arrays: Any) -> np.dtype:

@@ -28,11 +28,12 @@ def test_a_matrix_solve_compiles_one_program_imports_no_ott_and_uses_the_cache(
         "import sys, numpy as np, jax\n"
         f"jax.config.update('jax_enable_x64', {x64})\n"
         "jax.config.update('jax_log_compiles', True)\n"
-        "from jaxlab.methods.qn_ot import solve\n"
+        "from jaxlab.methods.qn_ot import api, solve\n"
         "out = solve(np.ones(3) / 3, np.ones(3) / 3, np.eye(3), epsilon=1.0)\n"
         "assert bool(out.converged) and out.matrix.shape == (3, 3)\n"
         f"assert out.matrix.dtype == np.{dtype}\n"
         "print('ott' in sys.modules, jax.config.jax_compilation_cache_dir)\n"
+        "print(len(api._REFUSED_OPTIONS))\n"
     )
     env = {**os.environ, "JAXLAB_COMPILATION_CACHE": str(tmp_path / "cache")}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -40,9 +41,12 @@ def test_a_matrix_solve_compiles_one_program_imports_no_ott_and_uses_the_cache(
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["False", str(tmp_path / "cache")]
+    ott_imported, cache, refused = done.stdout.split()
+    assert [ott_imported, cache] == ["False", str(tmp_path / "cache")]
     compiled = re.findall(r"Finished XLA compilation of (\S+)", done.stderr)
-    assert compiled == ["jit(run)"], compiled
+    # An option the running XLA refuses (JAX 0.11: the fusion-emitter one) costs one failed
+    # attempt of the same program, logged too, before the one compilation.
+    assert compiled == ["jit(run)"] * (1 + int(refused)), compiled
     assert any((tmp_path / "cache").iterdir())  # the SPLR program was written
 
 
