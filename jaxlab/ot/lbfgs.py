@@ -65,7 +65,7 @@ def lbfgs(
     b,
     epsilon,
     *,
-    tol: float = 1e-8,
+    tol: float | None = None,
     max_iter: int = 5_000,
     memory: int = 10,
     init: tuple[jnp.ndarray, jnp.ndarray] | None = None,
@@ -76,7 +76,8 @@ def lbfgs(
       cost: cost matrix ``M`` (n × m).
       a, b: positive marginals with equal mass.
       epsilon: regularisation ``η``.
-      tol: stop at ``‖g‖₂ < tol``.
+      tol: stop at ``‖g‖₂ < tol``; None: the default of the inputs' dtype
+        (:data:`~jaxlab.ot.problem.DEFAULT_TOL`).
       max_iter: iteration budget.
       memory: number of stored ``(s, y)`` pairs.
       init: initial potentials ``(α₀, β₀)`` (warm start); None starts from
@@ -85,7 +86,7 @@ def lbfgs(
     Raises:
       ConfigError: on concrete bad input (:func:`~jaxlab.ot.problem.check_solver_call`).
     """
-    check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
+    tol = check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
 
     def fun(x):
         return dual_value_grad(x, cost, a, b, epsilon)

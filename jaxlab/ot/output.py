@@ -6,19 +6,53 @@ Every solver of the entropic-OT dual (Wang & Qiu, ICML 2025, Eq. 3) in jaxlab re
 ``hit_max_iter``. :func:`to_output` adds the plan and the potentials. :class:`OTOutput` uses the
 field names shared by every iterative algorithm in the project (``n_iter``, ``converged``,
 ``errors``, ``seconds``), after ott-jax's ``SinkhornOutput`` (``matrix``, ``potentials``).
+A solve that stops short of its tolerance keeps ``converged=False`` and, when the caller can see
+the flag's value (not under ``jax.jit``), says so: :func:`report_convergence` warns with a
+:class:`NotConvergedWarning`, raises a :class:`NotConvergedError` or stays silent, as the solver's
+``unconverged`` argument asks (users of ott-jax are expected to check ``converged``, and often do
+not). Under ``jax.jit`` the flag is a tracer: ``unconverged="raise"`` then adds a
+:func:`jax.experimental.checkify.check`, which raises once the jitted function is wrapped in
+:func:`jax.experimental.checkify.checkify`.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core.errors import RunError
 from jaxlab.core.iterate import Iteration
 from jaxlab.ot.dual import plan, split
+from jaxlab.ot.problem import check_choice, is_traced
 
-__all__ = ["OTOutput", "RawSolution", "raw_solution", "to_output"]
+__all__ = [
+    "UNCONVERGED",
+    "NotConvergedError",
+    "NotConvergedWarning",
+    "OTOutput",
+    "RawSolution",
+    "check_unconverged",
+    "raw_solution",
+    "report_convergence",
+    "to_output",
+]
+
+# What a solver does when it stops without converging: its ``unconverged`` argument.
+UNCONVERGED = ("warn", "raise", "ignore")
+
+
+class NotConvergedWarning(RuntimeWarning):
+    """An OT solve stopped without reaching its tolerance (``converged`` is False)."""
+
+
+class NotConvergedError(RunError):
+    """An OT solve stopped without reaching its tolerance, and the caller asked to raise."""
 
 
 class RawSolution(NamedTuple):
@@ -97,3 +131,50 @@ def to_output(raw: RawSolution, cost: Float[Array, "n m"], epsilon, seconds: Any
         hit_max_iter=raw.hit_max_iter,
         n_evals=raw.n_evals,
     )
+
+
+def check_unconverged(unconverged: Any) -> str:
+    """``unconverged`` if it is one of :data:`UNCONVERGED`, else a one-line ConfigError."""
+    return check_choice("unconverged", unconverged, UNCONVERGED)
+
+
+def report_convergence(
+    converged: Any,
+    errors: Any,
+    n_iter: Any,
+    unconverged: str,
+    *,
+    what: str,
+    tol: float | None,
+    fix: str,
+) -> None:
+    """Warns, raises or stays silent about an unconverged solve, as ``unconverged`` asks.
+
+    Args:
+      converged: the solver's flag.
+      errors: its error trace (the last recorded one, ``errors[n_iter]``, is reported).
+      n_iter: iterations run.
+      unconverged: ``"warn"`` (:class:`NotConvergedWarning`), ``"raise"``
+        (:class:`NotConvergedError`; under ``jit`` a checkify check) or ``"ignore"``.
+      what: the call, e.g. ``"solve(method='splr')"``.
+      tol: its tolerance (None for a solver without one).
+      fix: what the caller can change.
+    """
+    if unconverged == "ignore":
+        return
+    head = f"{what} did not converge" + ("" if tol is None else f" to tol {tol:g}")
+    if is_traced(converged):
+        if unconverged == "raise":
+            checkify.check(converged, f"{head}; {fix}")
+        return
+    if bool(converged):
+        return
+    # numpy indexing: an eager jnp index would compile a program of its own.
+    error = float(np.asarray(errors)[int(n_iter)])
+    at = f"error {error:.2e}" if math.isfinite(error) else f"a non-finite error ({error})"
+    message = f"{head}: stopped after {int(n_iter)} iterations at {at}; {fix}"
+    if unconverged == "raise":
+        raise NotConvergedError(message)
+    # stacklevel 3: past this function and the solver, at the caller's line.
+    message += " (unconverged='ignore' silences this, 'raise' raises)"
+    warnings.warn(message, NotConvergedWarning, stacklevel=3)

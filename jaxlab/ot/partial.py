@@ -23,14 +23,20 @@ relax the marginals with a KL penalty and the mass is free); here the mass is a 
   so the balanced LP is solved by scipy's HiGHS (``scipy.optimize.linprog``, a main dependency)
   through ``jax.pure_callback``; the tests compare it with POT's network simplex (``ot.emd``).
 
-Both return a :class:`PartialOTOutput`. The plan is a constant for gradients (WARMPOT, Sec. 5,
-treats π as fixed when differentiating the loss), so ``cost`` = ``⟨stop_gradient(π), M⟩`` has
-gradient ``π`` with respect to ``M``: the envelope-theorem gradient of the exact value.
+Both return a :class:`PartialOTOutput` in the inputs' dtype (at least float32; the entropic
+``tol`` defaults and is checked per dtype as in :mod:`.problem`). The cost may be an ott-jax
+``Geometry`` (its ``ε`` then selects the entropic problem) or a balanced ``LinearProblem`` (its
+``a, b``). The plan is a constant for gradients (WARMPOT, Sec. 5, treats π as fixed when
+differentiating the loss), so ``cost`` = ``⟨stop_gradient(π), M⟩`` has gradient ``π`` with respect
+to ``M``: the envelope-theorem gradient of the exact value. Differentiating with respect to ``a``,
+``b``, ``mass`` or ``epsilon`` raises a one-line ConfigError instead of a silent zero. An
+unconverged solve warns, raises or stays silent as ``unconverged`` asks (:mod:`.output`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +46,15 @@ from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
-from jaxlab.ot.problem import check_arrays, check_positive, is_traced
+from jaxlab.ot.output import check_unconverged, report_convergence
+from jaxlab.ot.problem import (
+    check_arrays,
+    check_positive,
+    is_traced,
+    read_problem,
+    resolve_tol,
+    solve_dtype,
+)
 
 __all__ = ["PartialOTOutput", "check_partial_inputs", "partial_ot"]
 
@@ -228,43 +242,82 @@ def _exact(cost, a, b, mass) -> PartialOTOutput:
     return _pack(pi, cost, a, b, mass, err[None], nit, ok & jnp.isfinite(err))
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _held_fixed(x, name: str):
+    """``x``; differentiating through it raises a one-line ConfigError naming ``name``."""
+    return x
+
+
+@_held_fixed.defjvp
+def _held_fixed_jvp(name, primals, tangents):
+    raise ConfigError(
+        f"partial_ot is not differentiable with respect to {name}: its plan is held fixed for "
+        "gradients (WARMPOT, Naram et al. 2025, Sec. 5), so only its cost <pi, M> has a gradient "
+        "(in M); for a plan differentiable in a, b and epsilon use jaxlab.methods.qn_ot.solve"
+    )
+
+
 def partial_ot(
-    a: Float[Array, " n"],
-    b: Float[Array, " m"],
-    cost: Float[Array, "n m"],
+    a: Float[Array, " n"] | None,
+    b: Float[Array, " m"] | None,
+    cost: Any,
     *,
     mass,
     epsilon=None,
-    tol: float = 1e-6,
+    tol: float | None = None,
     max_iter: int = 2000,
+    unconverged: str = "warn",
 ) -> PartialOTOutput:
     """Partial transport of ``mass`` between ``a`` and ``b`` under ``cost`` (entropic or exact).
 
     Args:
-      a: source weights (n,), non-negative; the rows of π sum to at most ``a``.
+      a: source weights (n,), non-negative; the rows of π sum to at most ``a``. None: uniform
+        (and None when ``cost`` is a ``LinearProblem``).
       b: target weights (m,), non-negative; the columns of π sum to at most ``b``.
-      cost: cost matrix ``M`` (n × m).
+      cost: cost matrix ``M`` (n × m), an ott-jax ``Geometry`` (its ``ε`` is used when
+        ``epsilon`` is None: pass ``geom.cost_matrix`` for the exact problem) or a balanced
+        ``LinearProblem`` (its ``a``, ``b`` and ``ε``).
       mass: total mass ``m`` to move, ``0 < m ≤ min(‖a‖₁, ‖b‖₁)``.
-      epsilon: entropic regularisation ``ε``; None solves the exact (unregularised) problem.
+      epsilon: entropic regularisation ``ε``; None (with a matrix) solves the exact problem.
       tol: entropic only: stop when the KKT residual (feasibility excess + complementary
-        slackness, see :func:`_kkt`) after a Dykstra cycle is below ``tol``.
+        slackness, see :func:`_kkt`) after a Dykstra cycle is below ``tol``; None: ``1e-8`` in
+        float64, ``1e-5`` in float32 (:data:`~jaxlab.ot.problem.DEFAULT_TOL`); a tolerance the
+        dtype cannot resolve raises a ConfigError.
       max_iter: entropic only: the cycle budget.
+      unconverged: ``"warn"``, ``"raise"`` or ``"ignore"`` when a concrete solve stops without
+        converging (:func:`~jaxlab.ot.output.report_convergence`; under ``jax.jit`` check
+        ``converged``).
 
     Returns:
-      A :class:`PartialOTOutput`; jit-able (the exact solve is a host callback).
+      A :class:`PartialOTOutput` in the dtype of ``a``, ``b`` and the cost (at least float32);
+      jit-able (the exact solve is a host callback).
 
     Raises:
-      ConfigError: on concrete bad input (see :func:`check_partial_inputs`).
+      ConfigError: on concrete bad input (see :func:`check_partial_inputs`), or when
+        differentiated with respect to ``a``, ``b``, ``mass`` or ``epsilon``.
     """
+    check_unconverged(unconverged)
+    cost, a, b, epsilon = read_problem(a, b, cost, epsilon, require_epsilon=False)
+    dtype = solve_dtype(a, b, cost)
+    if epsilon is not None:
+        tol = resolve_tol(tol, dtype)
     if not is_traced(a, b, cost, mass, epsilon):
         check_partial_inputs(a, b, cost, mass, epsilon)
-    cost = jnp.asarray(cost)
-    if not jnp.issubdtype(cost.dtype, jnp.floating):
-        cost = cost.astype(jnp.float32)
-    a, b = jnp.asarray(a, cost.dtype), jnp.asarray(b, cost.dtype)
-    mass = jnp.asarray(mass, cost.dtype)
+    cost = jnp.asarray(cost, dtype)
+    named = ((a, "a"), (b, "b"), (mass, "mass"))
+    a, b, mass = (_held_fixed(jnp.asarray(x, dtype), name) for x, name in named)
     if epsilon is None:
-        return _exact(cost, a, b, mass)
-    inputs = [jax.lax.stop_gradient(x) for x in (cost, a, b, mass)]
-    out = _entropic(*inputs, jnp.asarray(epsilon, cost.dtype), tol, max_iter)
-    return out._replace(cost=jnp.sum(out.matrix * cost))
+        out = _exact(cost, a, b, mass)
+        what = "partial_ot(epsilon=None)"
+        fix = "check that 0 < mass <= min(sum a, sum b) and the cost is finite"
+    else:
+        what = "partial_ot" if is_traced(epsilon) else f"partial_ot(epsilon={float(epsilon):g})"
+        epsilon = _held_fixed(jnp.asarray(epsilon, dtype), "epsilon")
+        inputs = [jax.lax.stop_gradient(x) for x in (cost, a, b, mass, epsilon)]
+        out = _entropic(*inputs, tol, max_iter)
+        out = out._replace(cost=jnp.sum(out.matrix * cost))
+        fix = "raise max_iter, loosen tol, or increase epsilon"
+    report_convergence(
+        out.converged, out.errors, out.n_iter, unconverged, what=what, tol=tol, fix=fix
+    )
+    return out

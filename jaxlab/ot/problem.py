@@ -1,34 +1,58 @@
-"""The entropic-OT problem as arrays, read from ott-jax's types, and checked once outside ``jit``.
+"""The entropic-OT problem as arrays read from ott-jax's types, its dtype, tolerance and checks.
 
-jaxlab defines no problem class of its own: a cost is a matrix or an ott-jax ``Geometry`` (which
-carries ``ε``), and a whole balanced problem is an ott-jax ``LinearProblem`` (``tau_a = tau_b =
-1``).
-The solvers of :mod:`jaxlab.ot` work on plain arrays ``(cost, a, b, ε)`` inside ``jit``; this module
-turns the user's objects into those arrays (:func:`unpack_cost`, :func:`from_linear_problem`) and
-checks concrete inputs (:func:`check_inputs`, :func:`check_positive`) so that a mistake raises one
-:class:`~jaxlab.core.errors.ConfigError` line instead of a solver that quietly returns NaN. Under
-``jax.jit`` the values are unknown and the checks are skipped (:func:`is_traced`).
+jaxlab defines no problem class of its own: a cost is a matrix or an ott-jax ``Geometry`` (a
+``PointCloud`` included; it carries ``ε``), and a whole balanced problem is an ott-jax
+``LinearProblem`` (``tau_a = tau_b = 1``; it carries ``a`` and ``b``). The solvers of
+:mod:`jaxlab.ot` work on plain arrays ``(cost, a, b, ε)`` inside ``jit``; :func:`read_problem` turns
+the user's objects into those arrays wherever a cost is accepted. Precision follows JAX: a solve
+computes in the dtype of ``a``, ``b`` and the cost under JAX's promotion, at least float32
+(:func:`solve_dtype`), with a default tolerance per dtype and a one-line refusal of a tolerance that
+dtype cannot resolve (:func:`resolve_tol`). Concrete inputs are checked here (:func:`check_inputs`,
+:func:`check_positive`) so that a mistake raises one :class:`~jaxlab.core.errors.ConfigError` line
+instead of a solver that quietly returns NaN; under ``jax.jit`` the values are unknown and the
+checks are skipped (:func:`is_traced`).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_TOL",
+    "MIN_TOL_ULPS",
     "check_arrays",
+    "check_choice",
     "check_inputs",
     "check_positive",
     "check_solver_call",
     "from_linear_problem",
     "is_traced",
+    "min_tol",
+    "read_problem",
+    "resolve_tol",
+    "solve_dtype",
     "unpack_cost",
 ]
+
+# Default stopping tolerance per compute dtype: the paper's ‖g‖₂ < 1e-8 (Wang & Qiu, ICML 2025,
+# Section 5) in float64; in float32 the marginal error of an iterate rounds at 1e-8 to 1e-6
+# (the smaller η, the larger), so its default is one that float32 reaches.
+DEFAULT_TOL = {np.dtype(np.float64): 1e-8, np.dtype(np.float32): 1e-5}
+# A tolerance below this many units in the last place of 1 (marginals of unit mass) is below the
+# rounding of the marginal error itself: refused rather than run to the budget.
+MIN_TOL_ULPS = 4
+_X64_HINT = (
+    "pass float64 inputs with x64 on (JAX_ENABLE_X64=1, or "
+    "jax.config.update('jax_enable_x64', True) before any JAX operation)"
+)
 
 
 def is_traced(*xs: Any) -> bool:
@@ -47,19 +71,62 @@ def check_positive(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else a one-line ConfigError naming them."""
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def solve_dtype(*arrays: Any) -> np.dtype:
+    """The dtype a solve on ``arrays`` computes in: JAX's promotion of theirs, at least float32.
+
+    As in any JAX function, float64 needs x64 on (otherwise JAX computes in float32), and integer
+    or half-precision inputs are promoted to float32.
+    """
+    # Canonicalised first (float64 is float32 with x64 off, silently, as jnp.asarray does):
+    # jnp.result_type would take a float64 dtype as an explicit request and warn.
+    dtypes = [x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype for x in arrays]
+    canonical = (jax.dtypes.canonicalize_dtype(np.dtype(d)) for d in dtypes)
+    return np.dtype(functools.reduce(jnp.promote_types, canonical, jnp.float32))
+
+
+def min_tol(dtype: Any) -> float:
+    """The smallest tolerance :func:`resolve_tol` accepts in ``dtype`` (``MIN_TOL_ULPS`` ulps)."""
+    return MIN_TOL_ULPS * float(jnp.finfo(dtype).eps)
+
+
+def resolve_tol(tol: Any, dtype: Any) -> float:
+    """``tol``, or the default of ``dtype`` when None; a one-line ConfigError when ``dtype``
+    cannot resolve it (:data:`DEFAULT_TOL`, :func:`min_tol`)."""
+    dtype = np.dtype(dtype)
+    if tol is None:
+        return DEFAULT_TOL[dtype]
+    check_positive("tol", tol)
+    floor = min_tol(dtype)
+    if float(tol) < floor:
+        hint = _X64_HINT if dtype == np.float32 else "pass a larger tol"
+        raise ConfigError(
+            f"tol={float(tol):g} is below what {dtype.name} resolves (tol >= {floor:.1e}); "
+            f"{hint}, or pass tol >= {floor:.1e}"
+        )
+    return float(tol)
+
+
+def _ott_instance(x: Any, module: str, name: str) -> bool:
+    # ott-jax's types exist only once their module is loaded: importing ott-jax here for a plain
+    # matrix would add seconds to the first solve of a process.
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(x, getattr(loaded, name))
+
+
 def unpack_cost(cost: Any, epsilon: Any) -> tuple[Any, Any]:
     """``(cost matrix, ε)`` from a matrix or an ott-jax ``Geometry`` (whose ``ε`` is the default).
 
-    Raises:
-      ConfigError: ``cost`` is a matrix and ``epsilon`` is None.
+    Returns ``epsilon`` unchanged (possibly None) for a matrix.
     """
-    # A Geometry exists only once its module is loaded: importing ott-jax here for a plain matrix
-    # would add seconds to the first solve of a process.
-    geometry = sys.modules.get("ott.geometry.geometry")
-    if geometry is not None and isinstance(cost, geometry.Geometry):
+    if _ott_instance(cost, "ott.geometry.geometry", "Geometry"):
         return cost.cost_matrix, cost.epsilon if epsilon is None else epsilon
-    if epsilon is None:
-        raise ConfigError("epsilon is required when cost is a matrix (pass epsilon=...)")
     return cost, epsilon
 
 
@@ -77,6 +144,46 @@ def from_linear_problem(problem: Any) -> tuple[Any, Any, Any, Any]:
         )
     cost, epsilon = unpack_cost(problem.geom, None)
     return cost, problem.a, problem.b, epsilon
+
+
+def read_problem(
+    a: Any, b: Any, cost: Any, epsilon: Any, *, require_epsilon: bool = True
+) -> tuple[Any, Any, Any, Any]:
+    """``(cost matrix, a, b, ε)`` from what a user passes where a cost is accepted.
+
+    Args:
+      a, b: marginals, or None for uniform ones (ott-jax's default); must be None when ``cost``
+        is a ``LinearProblem``, which carries its own.
+      cost: a cost matrix, an ott-jax ``Geometry`` (``PointCloud`` included) or a balanced
+        ``LinearProblem``.
+      epsilon: the regularisation; None takes the geometry's ``ε``.
+      require_epsilon: refuse a cost matrix without ``epsilon``.
+
+    Raises:
+      ConfigError: marginals given beside a ``LinearProblem``, an unbalanced problem, or a matrix
+        without ``epsilon`` when one is required.
+    """
+    if _ott_instance(cost, "ott.problems.linear.linear_problem", "LinearProblem"):
+        if a is not None or b is not None:
+            raise ConfigError(
+                "a LinearProblem carries its marginals: pass a=None, b=None, or pass its "
+                "geometry (problem.geom) with your a, b"
+            )
+        matrix, a, b, geom_eps = from_linear_problem(cost)
+        return matrix, a, b, geom_eps if epsilon is None else epsilon
+    matrix, epsilon = unpack_cost(cost, epsilon)
+    if epsilon is None and require_epsilon:
+        raise ConfigError(
+            "epsilon is required when cost is a matrix (pass epsilon=..., or an ott-jax "
+            "Geometry that carries it)"
+        )
+    # Uniform marginals in the cost's dtype, built by numpy (no program is compiled for them).
+    shape = np.shape(matrix)
+    if a is None and len(shape) == 2:
+        a = np.full(shape[0], 1.0 / shape[0], solve_dtype(matrix))
+    if b is None and len(shape) == 2:
+        b = np.full(shape[1], 1.0 / shape[1], solve_dtype(matrix))
+    return matrix, a, b, epsilon
 
 
 def check_arrays(a: Any, b: Any, cost: Any, *, min_points: int = 1) -> tuple[np.ndarray, ...]:
@@ -129,15 +236,18 @@ def check_inputs(a: Any, b: Any, cost: Any, epsilon: Any, init: Any = None) -> N
                 )
 
 
-def check_solver_call(a, b, cost, epsilon, init, *, tol: Any, max_iter: Any) -> None:
-    """The checks of a direct call of one of :mod:`jaxlab.ot`'s dual solvers (eager calls only).
+def check_solver_call(a, b, cost, epsilon, init, *, tol: Any, max_iter: Any) -> float:
+    """The checks of a direct call of one of :mod:`jaxlab.ot`'s dual solvers; returns the tol.
 
-    :func:`check_inputs` plus a positive ``tol`` and an integer ``max_iter >= 1``; skipped when
-    any input is traced (the caller, e.g. :func:`jaxlab.methods.qn_ot.solve`, checked them).
+    ``tol`` is resolved for the dtype of the inputs (:func:`resolve_tol`: None gives the default,
+    an unreachable one is refused) in every call; :func:`check_inputs` and an integer
+    ``max_iter >= 1`` are checked on eager calls only (when an input is traced the caller, e.g.
+    :func:`jaxlab.methods.qn_ot.solve`, checked them).
     """
+    tol = resolve_tol(tol, solve_dtype(a, b, cost))
     if is_traced(a, b, cost, epsilon, init):
-        return
-    check_positive("tol", tol)
+        return tol
     if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:
         raise ConfigError(f"max_iter must be an integer >= 1, got {max_iter!r}")
     check_inputs(a, b, cost, epsilon, init)
+    return tol

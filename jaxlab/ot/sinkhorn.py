@@ -43,7 +43,7 @@ def sinkhorn(
     b: Float[Array, " m"],
     epsilon,
     *,
-    tol: float = 1e-8,
+    tol: float | None = None,
     max_iter: int = 10_000,
     init: tuple[Float[Array, " n"], Float[Array, " m"]] | None = None,
 ) -> RawSolution:
@@ -53,14 +53,15 @@ def sinkhorn(
       cost: cost matrix ``M`` (n × m).
       a, b: positive marginals with equal mass.
       epsilon: regularisation ``η``.
-      tol: stop at ``‖g‖₂ < tol``.
+      tol: stop at ``‖g‖₂ < tol``; None: the default of the inputs' dtype
+        (:data:`~jaxlab.ot.problem.DEFAULT_TOL`).
       max_iter: iteration budget (one iteration = one ``α`` and one ``β`` update).
       init: initial potentials ``(α₀, β₀)`` (warm start); None starts from ``α = 0``.
 
     Raises:
       ConfigError: on concrete bad input (:func:`~jaxlab.ot.problem.check_solver_call`).
     """
-    check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
+    tol = check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
     log_a, log_b = jnp.log(a), jnp.log(b)
 
     def rows(beta):

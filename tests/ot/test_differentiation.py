@@ -1,10 +1,12 @@
-"""The OT value from optimal potentials: primal = dual; envelope gradients vs finite differences."""
+"""The OT value from optimal potentials: primal = dual in each convention; envelope gradients."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import ot
+import pytest
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.ot.differentiation import value_from_potentials
 from jaxlab.ot.dual import split
 from jaxlab.ot.sinkhorn import sinkhorn
@@ -24,6 +26,28 @@ def test_value_equals_the_primal_objective_of_pots_plan(x64):
     T = ot.sinkhorn(a, b, cost, EPS, method="sinkhorn_log", stopThr=1e-14, numItermax=100_000)
     primal = np.sum(T * cost) + EPS * np.sum(T * (np.log(T) - 1))  # <T, M> - η h(T)
     np.testing.assert_allclose(jax.jit(_value)(a, b, cost), primal, rtol=1e-10)
+
+
+def test_ott_conventions_are_the_primal_objectives_they_name(x64):
+    # ott-jax's ent_reg_cost = <T, M> - ε H(T) with H(T) = -Σ T log T, and its reg_ot_cost =
+    # <T, M> + ε KL(T‖abᵀ) (generalised KL), here from POT's plan, independent of jaxlab.
+    rng = np.random.default_rng(2)
+    cost = rng.random((N, M_))
+    a, b = rng.random(N) + 0.1, rng.random(M_) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    T = ot.sinkhorn(a, b, cost, EPS, method="sinkhorn_log", stopThr=1e-14, numItermax=100_000)
+    transport = np.sum(T * cost)
+    expected = {
+        "ent_reg_cost": transport + EPS * np.sum(T * np.log(T)),
+        "reg_ot_cost": transport
+        + EPS * (np.sum(T * np.log(T / np.outer(a, b))) - T.sum() + a.sum() * b.sum()),
+    }
+    raw = sinkhorn(cost, a, b, EPS, tol=1e-13, max_iter=10_000)
+    for convention, value in expected.items():
+        got = value_from_potentials(a, b, cost, EPS, split(raw.x, N), convention)
+        np.testing.assert_allclose(got, value, rtol=1e-10)
+    with pytest.raises(ConfigError, match="convention must be one of 'paper', 'ent_reg_cost'"):
+        value_from_potentials(a, b, cost, EPS, split(raw.x, N), "ott")
 
 
 def test_gradients_match_finite_differences(x64):

@@ -1,41 +1,18 @@
 """Shifted arrow-matrix solves (Cholesky and Schur-complement PCG) against numpy."""
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.ot.implicit import PlanHessian
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
-
-
-class Arrow(NamedTuple):
-    """``[[diag(h1), S], [Sᵀ, diag(h2)]]`` with a dense ``S`` (the protocol, nothing more)."""
-
-    h1: jnp.ndarray
-    h2: jnp.ndarray
-    S: jnp.ndarray
-
-    def apply_S(self, v2):
-        return self.S @ v2
-
-    def apply_St(self, v1):
-        return self.S.T @ v1
-
-    def col_sq_sum(self, w):
-        return w @ self.S**2
-
-    def dense(self, shift=0.0):
-        top = jnp.concatenate([jnp.diag(self.h1 + shift), self.S], axis=1)
-        bottom = jnp.concatenate([self.S.T, jnp.diag(self.h2 + shift)], axis=1)
-        return jnp.concatenate([top, bottom])
 
 
 def _arrow(seed, n=7, m1=5):
     # Diagonally dominant like the dual Hessian (Eq. 4): h1 = row sums, h2 = column sums of S.
     S = jnp.asarray(np.random.default_rng(seed).random((n, m1)))
-    return Arrow(S.sum(1) + 0.1, S.sum(0) + 0.1, S)
+    return PlanHessian(S.sum(1) + 0.1, S.sum(0) + 0.1, S)  # any arrow matrix, not only a plan's
 
 
 @pytest.mark.parametrize("solver", list(LinearSolver))
@@ -52,3 +29,14 @@ def test_cg_with_a_zero_right_hand_side_returns_zeros(x64):
     # The Schur residual starts at 0: zero CG steps, no 0/0.
     got = solve_shifted(_arrow(2), 1e-3, jnp.zeros(12), LinearSolver.CG)
     np.testing.assert_array_equal(got, np.zeros(12))
+
+
+def test_the_plan_hessian_is_the_dual_hessian(x64):
+    # PlanHessian.at(T, ε) is Eq. 4's Hessian: its dense form and its products agree with dual.py's.
+    from jaxlab.ot.dual import dual_hessian
+
+    T = jnp.asarray(np.random.default_rng(3).random((6, 4)))
+    H = PlanHessian.at(T, 0.3)
+    np.testing.assert_allclose(H.dense(), dual_hessian(T, 0.3), rtol=1e-12)
+    v = jnp.asarray(np.random.default_rng(4).normal(size=9))
+    np.testing.assert_allclose(H.matvec(v), dual_hessian(T, 0.3) @ v, rtol=1e-12)

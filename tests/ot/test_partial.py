@@ -1,4 +1,6 @@
-"""Partial OT (entropic Dykstra and exact dummy-point LP) against ott-jax, POT and its own KKT."""
+"""Partial OT (entropic Dykstra, exact dummy-point LP) vs ott-jax, POT, its KKT; dtypes, inputs."""
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ from ott.problems.linear.linear_problem import LinearProblem
 from ott.solvers.linear.sinkhorn import Sinkhorn
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.ot.output import NotConvergedError, NotConvergedWarning
 from jaxlab.ot.partial import partial_ot
 
 
@@ -144,3 +147,63 @@ def test_under_jit_bad_input_is_not_converged(x64, epsilon, mass, cost):
         jnp.asarray(cost), mass
     )
     assert not bool(out.converged)
+
+
+def test_an_ott_geometry_or_linear_problem_is_accepted(x64):
+    # The issue's case: a Geometry said "cost must be an (n, m) matrix, got shape ()".
+    cost = _problem(8, 6, 9)
+    a, b = np.full(8, 1 / 8), np.full(6, 1 / 6)
+    ref = partial_ot(a, b, cost, mass=0.7, epsilon=0.05, tol=1e-12, max_iter=20_000)
+    geom = Geometry(cost_matrix=jnp.asarray(cost), epsilon=0.05)
+    for out in (
+        partial_ot(a, b, geom, mass=0.7, tol=1e-12, max_iter=20_000),  # ε from the geometry
+        partial_ot(None, None, LinearProblem(geom), mass=0.7, tol=1e-12, max_iter=20_000),
+    ):
+        assert bool(out.converged)
+        np.testing.assert_allclose(out.matrix, ref.matrix, atol=1e-12)
+
+
+def test_the_dtype_follows_the_inputs_and_unreachable_tolerances_are_refused():
+    cost = _problem(6, 5, 10)
+    a, b = np.full(6, 1 / 6), np.full(5, 1 / 5)
+    assert not jax.config.jax_enable_x64
+    for eps in (0.1, None):
+        out = partial_ot(a, b, cost, mass=0.5, epsilon=eps)  # float64 numpy: float32, as JAX
+        assert out.matrix.dtype == out.cost.dtype == jnp.float32 and bool(out.converged)
+    with pytest.raises(ConfigError, match=r"tol=1e-09 is below what float32 resolves") as err:
+        partial_ot(a, b, cost, mass=0.5, epsilon=0.1, tol=1e-9)  # accepted silently before
+    assert "JAX_ENABLE_X64=1" in str(err.value) and len(str(err.value).splitlines()) == 1
+    with jax.enable_x64(True):
+        f32 = [np.asarray(x, np.float32) for x in (a, b, cost)]
+        assert partial_ot(*f32, mass=0.5, epsilon=0.1).matrix.dtype == jnp.float32
+        out = partial_ot(a, b, cost, mass=0.5, epsilon=0.1, tol=1e-9)
+        assert out.matrix.dtype == jnp.float64 and bool(out.converged)
+
+
+def test_an_unconverged_solve_warns_and_can_raise(x64):
+    # The issue's case: ε = 1e-6 returned converged=False with a plan that looked valid.
+    cost = _problem(6, 5, 11)
+    a, b = np.full(6, 1 / 6), np.full(5, 1 / 5)
+    kw = dict(mass=0.5, epsilon=1e-6, max_iter=50)
+    with pytest.warns(NotConvergedWarning, match=r"partial_ot\(epsilon=1e-06\) did not converge"):
+        assert not bool(partial_ot(a, b, cost, **kw).converged)
+    with pytest.raises(NotConvergedError, match="stopped after 50 iterations"):
+        partial_ot(a, b, cost, unconverged="raise", **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        partial_ot(a, b, cost, unconverged="ignore", **kw)
+
+
+@pytest.mark.parametrize("name", ["a", "b", "mass", "epsilon"])
+def test_differentiating_what_the_plan_holds_fixed_is_a_one_line_error(x64, name):
+    # These gradients were silently zero: the plan is a constant for gradients (WARMPOT).
+    args = {"a": np.full(6, 0.2), "b": np.full(5, 0.2), "mass": 0.5, "epsilon": 0.1}
+    cost = _problem(6, 5, 12)
+
+    def cost_of(value):
+        kw = {**args, name: value}
+        return partial_ot(kw.pop("a"), kw.pop("b"), cost, **kw).cost
+
+    with pytest.raises(ConfigError, match=f"not differentiable with respect to {name}:") as err:
+        jax.grad(cost_of)(jnp.asarray(args[name]))
+    assert len(str(err.value).splitlines()) == 1

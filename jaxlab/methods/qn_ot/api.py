@@ -1,33 +1,45 @@
-"""``solve``: one entry point for SPLR and its baselines, in float64, with input checks and timing.
+"""``solve``: one entry point for SPLR and its baselines, in the inputs' dtype, differentiable.
 
-``solve(a, b, cost, epsilon=η, method=...)`` takes a cost matrix or an ott-jax ``Geometry``, checks
-the inputs (finite, positive marginals of equal mass, a positive number for ``ε``, known options)
-when they are concrete, runs the chosen solver (each a jit-compiled loop on
+``solve(a, b, cost, epsilon=η, method=...)`` takes a cost matrix, an ott-jax ``Geometry``
+(``PointCloud`` included; its ``ε`` is used) or a balanced ``LinearProblem`` (its ``a, b`` and
+``ε``), checks the inputs (finite, positive marginals of equal mass, a positive number for ``ε``,
+known options) when they are concrete, runs the chosen solver (each a jit-compiled loop on
 :func:`jaxlab.core.iterate.iterate` with the stopping rule ``‖g‖₂ < tol`` of Wang & Qiu, ICML 2025,
 Section 5) and returns a :class:`~jaxlab.ot.output.OTOutput`.
 
-Precision: ``‖g‖₂ < 10⁻⁸`` is out of reach in float32, so a concrete call always solves in float64,
-switching JAX's x64 mode on for the call only (:func:`jax.enable_x64`; the rest of the process keeps
-its precision) and returning float64 arrays. Under ``jax.jit`` the mode cannot change inside the
-trace: the caller's precision is used, and with x64 off a ``tol`` below :data:`FLOAT32_MIN_TOL`
-raises a ConfigError naming the fix. Traced calls also skip the input checks and report
+Precision follows JAX: the solve computes in the dtype of ``a``, ``b`` and the cost (at least
+float32; float64 needs x64 on) and returns that dtype. ``tol=None`` is the paper's ``1e-8`` in
+float64 and ``1e-5`` in float32 (:data:`jaxlab.ot.problem.DEFAULT_TOL`); a tolerance the dtype
+cannot resolve is refused in one line naming the fix (float64 inputs with ``JAX_ENABLE_X64=1``, or
+a larger ``tol``). The paper's claims (``‖g‖ < 1e-8``) are float64 claims: the experiments and the
+notebook turn x64 on.
+
+Differentiation: the plan, the potentials and everything formed from them are differentiable in
+the cost (and through it in a geometry's points), the marginals and ``ε`` by implicit
+differentiation of the dual's optimality conditions (:mod:`jaxlab.ot.implicit`), never through the
+iterations. A solve stopped short of ``tol`` keeps ``converged=False`` and, when the flag is
+concrete, warns (:class:`~jaxlab.ot.output.NotConvergedWarning`), raises or stays silent as
+``unconverged`` asks. Traced calls (``jax.jit``, ``jax.vmap``) skip the input checks and report
 ``seconds = nan``.
 
 Compilation: a concrete call compiles the solver ahead of time once per (method, settings,
-shapes) and process, and turns on JAX's persistent compilation cache as ``experiments/run.py``
-does (:mod:`jaxlab.core.compile_cache`: the user's cache directory; ``JAXLAB_COMPILATION_CACHE``
-names another directory or ``off``; a cache directory configured in JAX itself is left alone), so
-the first solve of a later process loads the program from disk instead of compiling it. A first
-call compiles exactly one program (inputs are converted by numpy, the plan is formed inside it),
-and small problems are compiled with options that shorten XLA's code generation
-(:func:`compiler_options`).
+shapes, dtype) and process, and turns on JAX's persistent compilation cache as
+``experiments/run.py`` does (:mod:`jaxlab.core.compile_cache`: the user's cache directory;
+``JAXLAB_COMPILATION_CACHE`` names another directory or ``off``; a cache directory configured in
+JAX itself is left alone), so the first solve of a later process loads the program from disk
+instead of compiling it. A first call compiles exactly one program (inputs are converted by numpy,
+the plan is formed inside it), and small problems are compiled with options that shorten XLA's
+code generation where the running XLA knows them (:func:`compiler_options`). Under an eager
+``jax.grad`` the solve inside runs as the same compiled program.
 """
 
 from __future__ import annotations
 
 import enum
 import inspect
+import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -40,10 +52,24 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.timing import time_call
 from jaxlab.methods.qn_ot.splr import splr
 from jaxlab.methods.qn_ot.ssns import ssns
+from jaxlab.ot.implicit import implicit_solution
 from jaxlab.ot.lbfgs import lbfgs
 from jaxlab.ot.linsolve import LinearSolver
-from jaxlab.ot.output import OTOutput, RawSolution, to_output
-from jaxlab.ot.problem import check_inputs, check_positive, is_traced, unpack_cost
+from jaxlab.ot.output import (
+    OTOutput,
+    RawSolution,
+    check_unconverged,
+    report_convergence,
+    to_output,
+)
+from jaxlab.ot.problem import (
+    check_inputs,
+    check_positive,
+    is_traced,
+    read_problem,
+    resolve_tol,
+    solve_dtype,
+)
 from jaxlab.ot.sinkhorn import sinkhorn
 
 __all__ = [
@@ -56,12 +82,10 @@ __all__ = [
     "solve",
 ]
 
-# The smallest ‖g‖₂ tolerance a float32 solve is asked to reach (marginals of mass 1 carry
-# rounding errors of ~1e-7 per entry).
-FLOAT32_MIN_TOL = 1e-6
 # Plans up to this many entries are compiled with XLA CPU's loop emitters instead of its MLIR
 # fusion emitters (see compiler_options).
 FAST_COMPILE_MAX_ENTRIES = 40_000
+FAST_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
 class Method(enum.StrEnum):
@@ -162,11 +186,37 @@ def _dispatch(method: Method, cost, a, b, epsilon, init, tol, max_iter, opts) ->
     return solver.fn(cost, a, b, epsilon, tol=tol, max_iter=max_iter, init=init, **kw)
 
 
+class _Settings(NamedTuple):
+    """What, besides the arrays, one compiled solve depends on (hashable)."""
+
+    method: Method
+    max_iter: int
+    tol: float
+    opts: tuple[tuple[str, Any], ...]
+
+    def describe(self) -> str:
+        return f"solve(method={self.method.value!r})"
+
+
+# How to make an unconverged solve converge, for the warning (every method is a dual solver).
+_FIX = "raise max_iter, loosen tol, or increase epsilon"
+
+
+def _settings(method, tol, max_iter, options, dtype) -> _Settings:
+    method = _method(method)
+    max_iter = DEFAULT_MAX_ITER[method] if max_iter is None else max_iter
+    if isinstance(max_iter, bool) or not (isinstance(max_iter, int | np.integer) and max_iter >= 1):
+        raise ConfigError(f"max_iter must be a positive integer, got {max_iter!r}")
+    tol = resolve_tol(tol, dtype)
+    opts = tuple(sorted(_check_options(method, options).items()))
+    return _Settings(method, int(max_iter), tol, opts)
+
+
 _CACHE: dict[Any, Any] = {}
 
 
 class CompiledSolve(NamedTuple):
-    """A solve ready to run: the AOT-compiled solver and its float64 inputs.
+    """A solve ready to run: the AOT-compiled solver and its device inputs.
 
     Calling it runs the compiled program once and returns its :class:`OTOutput` with
     ``seconds = nan`` (what :mod:`jaxlab.core.timing` times: the solve and its plan, as the
@@ -177,45 +227,36 @@ class CompiledSolve(NamedTuple):
     args: tuple[Any, ...]
 
     def __call__(self) -> OTOutput:
-        with jax.enable_x64(True):
-            return self.compiled(*self.args)
+        return self.compiled(*self.args)
 
     def output(self, out: OTOutput, seconds: float) -> OTOutput:
         """``out`` with ``seconds`` as its wall time."""
         return out._replace(seconds=seconds)
 
 
-def _settings(method, tol, max_iter, options):
-    method = _method(method)
-    max_iter = DEFAULT_MAX_ITER[method] if max_iter is None else max_iter
-    if isinstance(max_iter, bool) or not (isinstance(max_iter, int | np.integer) and max_iter >= 1):
-        raise ConfigError(f"max_iter must be a positive integer, got {max_iter!r}")
-    check_positive("tol", tol)
-    return method, int(max_iter), float(tol), _check_options(method, options)
-
-
 def compile_solve(
-    a: Float[Array, " n"],
-    b: Float[Array, " m"],
+    a: Float[Array, " n"] | None,
+    b: Float[Array, " m"] | None,
     cost: Any,
     *,
     epsilon: float | None = None,
     method: str | Method = Method.SPLR,
-    tol: float = 1e-8,
+    tol: float | None = None,
     max_iter: int | None = None,
     init: tuple[Any, Any] | None = None,
     **options: Any,
 ) -> CompiledSolve:
-    """Checks the inputs and compiles the solve in float64 without running it.
+    """Checks the inputs and compiles the solve without running it.
 
     Arguments as for :func:`solve` (concrete values only). Compiled programs are cached per
-    (method, settings, shapes), so compiling the same solve again is free.
+    (method, settings, shapes, dtype), so compiling the same solve again is free.
     """
-    method, max_iter, tol, options = _settings(method, tol, max_iter, options)
-    cost, epsilon = unpack_cost(cost, epsilon)
+    cost, a, b, epsilon = read_problem(a, b, cost, epsilon)
+    dtype = solve_dtype(a, b, cost)
+    settings = _settings(method, tol, max_iter, options, dtype)
     if is_traced(a, b, cost, epsilon, init):
         raise ConfigError("compile_solve needs concrete inputs; call solve() under jax.jit")
-    return _compile(method, max_iter, tol, options, a, b, cost, epsilon, init)
+    return _compile(settings, cost, a, b, epsilon, init, dtype)
 
 
 def _use_persistent_cache() -> None:
@@ -231,28 +272,56 @@ def _use_persistent_cache() -> None:
         enable_compilation_cache()
 
 
-def _compile(method, max_iter, tol, options, a, b, cost, epsilon, init) -> CompiledSolve:
+def _compile(settings: _Settings, cost, a, b, epsilon, init, dtype) -> CompiledSolve:
     check_inputs(a, b, cost, epsilon, init)
-    opts = tuple(sorted(options.items()))
-    with jax.enable_x64(True):
-        # Converted by numpy and copied to the device: a jnp conversion of a Python float or a
-        # float32 array would compile a one-op program of its own (tens of ms on a first call).
-        args = tuple(_to_device(x) for x in (cost, a, b, epsilon))
-        if init is not None:
-            init = tuple(_to_device(p) for p in init)
-        key = (method, tol, max_iter, opts, init is None) + tuple((x.shape, x.dtype) for x in args)
-        if key not in _CACHE:
-            _use_persistent_cache()
+    # Converted by numpy and copied to the device: a jnp conversion of a Python float or of an
+    # array of another dtype would compile a one-op program of its own (tens of ms on a first call).
+    args = tuple(_to_device(x, dtype) for x in (cost, a, b, epsilon))
+    if init is not None:
+        init = tuple(_to_device(p, dtype) for p in init)
+    # x64 changes the programs' integer types, so it is part of the key.
+    key = (settings, init is None, jax.config.jax_enable_x64) + tuple(
+        (x.shape, x.dtype) for x in args
+    )
+    if key not in _CACHE:
+        _use_persistent_cache()
 
-            def run(cost, a, b, epsilon, init):
-                raw = _dispatch(method, cost, a, b, epsilon, init, tol, max_iter, opts)
-                # The plan and potentials are formed inside the one compiled program: eagerly,
-                # each of their few ops would be a separate compilation on the first call.
-                return to_output(raw, cost, epsilon, jnp.nan)
+        def run(cost, a, b, epsilon, init):
+            raw = _dispatch(settings.method, cost, a, b, epsilon, init, settings.tol,
+                            settings.max_iter, settings.opts)  # fmt: skip
+            # The plan and potentials are formed inside the one compiled program: eagerly,
+            # each of their few ops would be a separate compilation on the first call.
+            return to_output(raw, cost, epsilon, jnp.nan)
 
-            options = compiler_options(args[0].shape, args[0].device.platform)
-            _CACHE[key] = jax.jit(run).lower(*args, init).compile(compiler_options=options)
+        lowered = jax.jit(run).lower(*args, init)
+        options = compiler_options(args[0].shape, args[0].device.platform)
+        _CACHE[key] = _compile_lowered(lowered, options)
     return CompiledSolve(_CACHE[key], (*args, init))
+
+
+# Compile options the running XLA refused ("No such compile option"): JAX 0.11's XLA no longer has
+# xla_cpu_use_fusion_emitters, which 0.10's has. Found by trying, once per process and option.
+_REFUSED_OPTIONS: set[str] = set()
+_REFUSED = re.compile(r"No such compile option: '([^']+)'")
+
+
+def _compile_lowered(lowered, options: dict[str, Any] | None):
+    """``lowered.compile(options)``, dropping (and remembering) any option XLA does not know."""
+    while True:
+        try:
+            return lowered.compile(compiler_options=options)
+        except jax.errors.JaxRuntimeError as err:
+            found = _REFUSED.search(str(err))
+            if not options or found is None or found.group(1) not in options:
+                raise
+            _REFUSED_OPTIONS.add(found.group(1))
+            options = compiler_options_without(options, _REFUSED_OPTIONS)
+
+
+def compiler_options_without(options: dict[str, Any], names) -> dict[str, Any] | None:
+    """``options`` less ``names`` (None when nothing is left)."""
+    kept = {k: v for k, v in options.items() if k not in names}
+    return kept or None
 
 
 def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, Any] | None:
@@ -265,17 +334,18 @@ def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, An
     solves such as the MNIST pairs (the qn_ot README has the measurements). So the loop emitters
     serve small plans (at most :data:`FAST_COMPILE_MAX_ENTRIES` entries), where a solve takes
     milliseconds and the compile is nearly all of a first call; larger plans and other platforms
-    keep XLA's defaults.
+    keep XLA's defaults. An option the running XLA refused once (JAX 0.11's XLA has no
+    ``xla_cpu_use_fusion_emitters``) is no longer asked for.
     The options apply to this one program only, not to the process.
     """
     if platform == "cpu" and int(np.prod(cost_shape)) <= FAST_COMPILE_MAX_ENTRIES:
-        return {"xla_cpu_use_fusion_emitters": False}
+        return compiler_options_without(FAST_COMPILE_OPTIONS, _REFUSED_OPTIONS)
     return None
 
 
-def _to_device(x: Any) -> jax.Array:
-    """``x`` as a float64 device array, converted without compiling anything."""
-    return jax.device_put(np.asarray(x, np.float64))
+def _to_device(x: Any, dtype: np.dtype) -> jax.Array:
+    """``x`` as a device array of ``dtype``, converted without compiling anything."""
+    return jax.device_put(np.asarray(x, dtype))
 
 
 def _timed(fn: Callable[[], OTOutput]) -> tuple[OTOutput, float]:
@@ -290,57 +360,90 @@ def _timed(fn: Callable[[], OTOutput]) -> tuple[OTOutput, float]:
     return results[0], timing.median
 
 
+def _solve_concrete(settings: _Settings, cost, a, b, epsilon, init, dtype) -> OTOutput:
+    compiled = _compile(settings, cost, a, b, epsilon, init, dtype)
+    return compiled.output(*_timed(compiled))
+
+
+def _raw_solve(settings: _Settings, dtype, cost, a, b, epsilon, init) -> RawSolution:
+    """The dual solution for :func:`~jaxlab.ot.implicit.implicit_solution`: the compiled program
+    when the inputs are concrete (an eager ``jax.grad`` hands them over so), else traced."""
+    if is_traced(cost, a, b, epsilon, init):
+        return _dispatch(settings.method, cost, a, b, epsilon, init, settings.tol,
+                         settings.max_iter, settings.opts)  # fmt: skip
+    out = _solve_concrete(settings, cost, a, b, epsilon, init, dtype)
+    alpha, beta = (np.asarray(p) for p in out.potentials)
+    x = jnp.asarray(np.concatenate([alpha, beta[:-1]]))  # gauge β_m = 0 already holds
+    return RawSolution(
+        x, out.errors, out.densities, out.n_iter, out.converged, out.hit_max_iter, out.n_evals
+    )
+
+
 def solve(
-    a: Float[Array, " n"],
-    b: Float[Array, " m"],
+    a: Float[Array, " n"] | None,
+    b: Float[Array, " m"] | None,
     cost: Any,
     *,
     epsilon: float | None = None,
     method: str | Method = Method.SPLR,
-    tol: float = 1e-8,
+    tol: float | None = None,
     max_iter: int | None = None,
     init: tuple[Any, Any] | None = None,
+    unconverged: str = "warn",
     **options: Any,
 ) -> OTOutput:
     """Solves entropic OT ``min <T, M> - η h(T)`` s.t. ``T1 = a, Tᵀ1 = b`` through its dual.
 
+    The dual is Wang & Qiu (ICML 2025), Eq. 3; its solution gives the plan
+    ``T = exp((α ⊕ β - M)/η)``.
+
     Args:
-      a, b: marginals (positive, equal mass).
-      cost: cost matrix ``M`` (n × m) or an ott-jax ``Geometry`` (its ``epsilon`` is used when
-        ``epsilon`` is None).
+      a, b: marginals (positive, equal mass); None for uniform ones, and None when ``cost`` is a
+        ``LinearProblem`` (its own are used).
+      cost: cost matrix ``M`` (n × m), an ott-jax ``Geometry`` (``PointCloud`` included; its
+        ``epsilon`` is used when ``epsilon`` is None) or a balanced ott-jax ``LinearProblem``.
       epsilon: regularisation ``η``.
       method: one of ``"splr"``, ``"sinkhorn"``, ``"lbfgs"``, ``"newton"``, ``"sparse_newton"``,
         ``"ssns"`` (:class:`Method`).
-      tol: stop at ``‖g‖₂ < tol`` (the marginal error).
+      tol: stop at ``‖g‖₂ < tol`` (the marginal error); None: ``1e-8`` in float64 (the paper's),
+        ``1e-5`` in float32. A tolerance the dtype cannot resolve raises a ConfigError.
       max_iter: iteration budget (default depends on the method).
       init: initial potentials ``(α₀, β₀)`` (warm start); default ``α = 0`` with its exact ``β``.
+      unconverged: what a concrete call does when the solve stops short of ``tol``: ``"warn"``
+        (:class:`~jaxlab.ot.output.NotConvergedWarning`), ``"raise"``
+        (:class:`~jaxlab.ot.output.NotConvergedError`) or ``"ignore"``. Under ``jax.jit`` the
+        flag is traced: check ``converged``, or use ``"raise"`` inside
+        :func:`jax.experimental.checkify.checkify`.
       **options: solver-specific settings, e.g. ``density_max``, ``shift_max`` for SPLR
         (:func:`options_of` lists them).
 
     Returns:
-      :class:`OTOutput` in float64 (see the module docstring for calls under ``jax.jit``);
-      ``converged`` is False and ``hit_max_iter`` True when the budget ran out.
+      :class:`OTOutput` in the inputs' dtype; ``converged`` is False and ``hit_max_iter`` True
+      when the budget ran out. ``matrix`` and ``potentials`` are differentiable (reverse and
+      forward mode) in the cost or the geometry's points, ``a``, ``b`` and ``ε`` by implicit
+      differentiation (:mod:`jaxlab.ot.implicit`; in ``a, b`` along directions keeping
+      ``Σa = Σb``). ``init`` has no derivative (the solution does not depend on it).
 
     Raises:
       ConfigError: invalid inputs or settings (one line saying what to change).
+      NotConvergedError: ``unconverged="raise"`` and the solve stopped short of ``tol``.
     """
-    method, max_iter, tol, options = _settings(method, tol, max_iter, options)
-    cost, epsilon = unpack_cost(cost, epsilon)
+    check_unconverged(unconverged)
+    cost, a, b, epsilon = read_problem(a, b, cost, epsilon)
+    dtype = solve_dtype(a, b, cost)
+    settings = _settings(method, tol, max_iter, options, dtype)
     if not is_traced(a, b, cost, epsilon, init):
-        compiled = _compile(method, max_iter, tol, options, a, b, cost, epsilon, init)
-        return compiled.output(*_timed(compiled))
-    if not is_traced(epsilon):
-        check_positive("epsilon", epsilon)
-    if not jax.config.jax_enable_x64 and tol < FLOAT32_MIN_TOL:
-        raise ConfigError(
-            f"solve under jax.jit with x64 off runs in float32, where tol={tol:g} is out of reach; "
-            "call jax.config.update('jax_enable_x64', True) first, or pass tol >= "
-            f"{FLOAT32_MIN_TOL:g}"
-        )
-    dtype = jnp.result_type(float)
-    args = tuple(jnp.asarray(x, dtype) for x in (cost, a, b, epsilon))
-    if init is not None:
-        init = tuple(jnp.asarray(p, dtype) for p in init)
-    opts = tuple(sorted(options.items()))
-    raw = _dispatch(method, *args, init, tol, max_iter, opts)
-    return to_output(raw, args[0], args[3], jnp.nan)
+        out = _solve_concrete(settings, cost, a, b, epsilon, init, dtype)
+    else:
+        if not is_traced(epsilon):
+            check_positive("epsilon", epsilon)
+        args = tuple(jnp.asarray(x, dtype) for x in (cost, a, b, epsilon))
+        if init is not None:
+            init = tuple(jnp.asarray(p, dtype) for p in init)
+        raw = implicit_solution(partial(_raw_solve, settings, dtype), *args, init)
+        out = to_output(raw, args[0], args[3], jnp.nan)
+    report_convergence(
+        out.converged, out.errors, out.n_iter, unconverged,
+        what=settings.describe(), tol=settings.tol, fix=_FIX,
+    )  # fmt: skip
+    return out

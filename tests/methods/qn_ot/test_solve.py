@@ -1,4 +1,6 @@
-"""``solve``: SPLR and baselines agree with each other, regot, ott-jax and POT; inputs checked."""
+"""``solve``: SPLR and baselines agree with regot, ott-jax and POT; dtypes, inputs, convergence."""
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -6,10 +8,15 @@ import numpy as np
 import ot
 import pytest
 import regot
+from jax.experimental import checkify
 from ott.geometry.geometry import Geometry
+from ott.geometry.pointcloud import PointCloud
+from ott.problems.linear.linear_problem import LinearProblem
+from ott.solvers.linear.sinkhorn import Sinkhorn
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.qn_ot import Method, solve
+from jaxlab.ot.output import NotConvergedError, NotConvergedWarning
 
 N, M_, EPS = 24, 20, 0.05
 
@@ -75,7 +82,7 @@ def test_splr_densities_in_bounds_and_gauge_invariance(x64, problem):
 
 def test_max_iter_is_reported(x64, problem):
     cost, a, b = problem
-    out = solve(a, b, cost, epsilon=EPS, method="sinkhorn", max_iter=3)
+    out = solve(a, b, cost, epsilon=EPS, method="sinkhorn", max_iter=3, unconverged="ignore")
     assert not bool(out.converged) and bool(out.hit_max_iter) and int(out.n_iter) == 3
     assert np.isfinite(out.errors[3]) and np.all(np.isnan(out.errors[4:]))
 
@@ -144,32 +151,94 @@ def test_unknown_option_names_the_valid_ones(problem):
     assert str(err.value).endswith("valid options: memory")
 
 
-def test_float64_without_x64_and_the_mode_is_restored(problem):
-    # x64 is off here: the solve runs in float64 for the call and reaches a tol float32 cannot.
+def test_the_dtype_follows_the_inputs_and_x64_stays_off(problem):
+    # x64 off: float64 numpy inputs compute in float32 (as jnp.asarray gives them), the output is
+    # float32 and later operations on it do not warn about truncated float64 (the issue's case).
     cost, a, b = problem
     assert not jax.config.jax_enable_x64
-    out = solve(a, b, cost, epsilon=EPS, tol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = solve(a, b, cost, epsilon=EPS)  # tol=None: float32's default
+        doubled = out.matrix * 2 + jnp.asarray(cost)
     assert not jax.config.jax_enable_x64
-    assert out.matrix.dtype == np.float64 and out.errors.dtype == np.float64
-    assert bool(out.converged) and float(out.error) < 1e-10
+    assert out.matrix.dtype == doubled.dtype == jnp.float32 and out.errors.dtype == jnp.float32
+    assert bool(out.converged) and float(out.error) < 1e-5
     ref = regot.sinkhorn_splr(np.asfortranarray(cost), a, b, EPS, tol=1e-10, max_iter=1000)
-    np.testing.assert_allclose(np.asarray(out.matrix), ref.plan, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(out.matrix), ref.plan, atol=5e-5)  # to tol 1e-5
     with jax.enable_x64(True):
-        same = solve(a, b, cost, epsilon=EPS, tol=1e-10)
-    np.testing.assert_array_equal(np.asarray(same.errors), np.asarray(out.errors))
+        f32 = [np.asarray(x, np.float32) for x in problem]
+        assert solve(f32[1], f32[2], f32[0], epsilon=EPS).matrix.dtype == jnp.float32
+        out64 = solve(a, b, cost, epsilon=EPS)
+        assert out64.matrix.dtype == jnp.float64 and float(out64.error) < 1e-8  # the paper's tol
 
 
-def test_under_jit_without_x64_a_float32_tol_runs_and_a_float64_one_is_refused(problem):
+def test_a_tolerance_float32_cannot_reach_is_refused_eagerly_and_under_jit(problem):
     cost, a, b = problem
     assert not jax.config.jax_enable_x64
-
-    def run(tol):
-        return jax.jit(lambda a, b, c: solve(a, b, c, epsilon=EPS, tol=tol))(a, b, cost)
-
-    with pytest.raises(ConfigError, match=r"x64 off runs in float32, where tol=1e-08 is out"):
-        run(1e-8)
-    out = run(1e-4)
+    for call in (
+        lambda: solve(a, b, cost, epsilon=EPS, tol=1e-9),
+        lambda: jax.jit(lambda a, b, c: solve(a, b, c, epsilon=EPS, tol=1e-8))(a, b, cost),
+    ):
+        with pytest.raises(ConfigError, match=r"tol=1e-0\d is below what float32 resolves") as e:
+            call()
+        assert "JAX_ENABLE_X64=1" in str(e.value) and "\n" not in str(e.value)
+    out = jax.jit(lambda a, b, c: solve(a, b, c, epsilon=EPS, tol=1e-4))(a, b, cost)
     assert out.matrix.dtype == jnp.float32 and bool(out.converged)
+
+
+def test_a_linear_problem_and_a_point_cloud_are_accepted(x64, problem):
+    # The README promised a LinearProblem; solve(a, b, problem) said "epsilon is required".
+    cost, a, b = problem
+    rng = np.random.default_rng(0)
+    x, y = rng.random((N, 2)), rng.random((M_, 2))
+    geom = PointCloud(jnp.asarray(x), jnp.asarray(y), epsilon=EPS)
+    ref = Sinkhorn(threshold=1e-13, max_iterations=100_000)(LinearProblem(geom, a, b))
+    from_problem = solve(None, None, LinearProblem(geom, a, b), tol=1e-11)
+    from_cloud = solve(a, b, geom, tol=1e-11)
+    np.testing.assert_allclose(from_problem.matrix, ref.matrix, atol=1e-9)
+    np.testing.assert_allclose(from_cloud.matrix, ref.matrix, atol=1e-9)
+    with pytest.raises(ConfigError, match="carries its marginals"):
+        solve(a, b, LinearProblem(geom, a, b))
+
+
+@pytest.fixture
+def tiny_eps_problem():
+    cost = np.random.default_rng(3).random((6, 5))
+    return np.full(6, 1 / 6), np.full(5, 1 / 5), cost
+
+
+def test_an_unconverged_solve_warns_and_can_raise_or_stay_silent(tiny_eps_problem):
+    # The issue's case: ε = 1e-8 returned converged=False with a plan that looked valid.
+    a, b, cost = tiny_eps_problem
+    kw = dict(epsilon=1e-8, max_iter=20)
+    with pytest.warns(NotConvergedWarning, match=r"solve\(method='splr'\) did not converge") as w:
+        out = solve(a, b, cost, **kw)
+    assert not bool(out.converged) and len(w) == 1 and w[0].filename == __file__
+    assert "after 20 iterations" in str(w[0].message)
+    with pytest.raises(NotConvergedError, match="raise max_iter, loosen tol, or increase eps"):
+        solve(a, b, cost, unconverged="raise", **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not bool(solve(a, b, cost, unconverged="ignore", **kw).converged)
+        # under jit the flag is traced: no warning, converged says it
+        jitted = jax.jit(lambda c: solve(a, b, c, **kw))(cost)
+        assert not bool(jitted.converged)
+    with pytest.raises(ConfigError, match="unconverged must be one of"):
+        solve(a, b, cost, unconverged="loud", **kw)
+
+
+def test_raise_under_jit_is_a_checkify_check(tiny_eps_problem):
+    a, b, cost = tiny_eps_problem
+
+    def run(c, eps):
+        return solve(a, b, c, epsilon=eps, max_iter=20, unconverged="raise").matrix
+
+    checked = jax.jit(checkify.checkify(run))
+    err, _ = checked(cost, 1e-8)
+    with pytest.raises(checkify.JaxRuntimeError, match="did not converge"):
+        err.throw()
+    err, _ = checked(cost, 1.0)
+    err.throw()  # converged: no error
 
 
 @pytest.mark.parametrize("method", [m.value for m in Method])
