@@ -55,7 +55,8 @@ print(
 
 # %% [markdown]
 # ## The four algorithms
-# Each returns the coefficients W, the ARD precisions α (`inf` = pruned), the output precision Ω,
+# Each returns the coefficients W, the intercept (`fit` centres X and Y, as scikit-learn's linear
+# models do), the ARD precisions α (`inf` = pruned), the output precision Ω,
 # the selected features, the objective trace, whether it converged, and its time: `seconds` to
 # convergence and `seconds_per_iter`, both including the sufficient statistics (the d×d Gram
 # matrix for `nard` and `sequential`; the surrogate methods never form it) and excluding

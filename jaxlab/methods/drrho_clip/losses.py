@@ -24,6 +24,17 @@ u_i estimates log(ε + (1/B) Σ_{j≠i} exp(d_ij)) (the mean over all B columns,
 nothing) while the surrogate divides its weighted sum by B − 1, so for γ = 1 and ε = 0 its
 gradient is B/(B−1) times ∇F (tested). Also as in the code, u lives in the log domain and a sample
 seen for the first time takes the batch estimate itself (:func:`update_log_u`).
+
+Checks and ``jit``. Every public loss takes plain arrays. Shapes are checked always (they are
+static): mismatched batches, a reference whose batch differs from the learner's or whose two
+embeddings differ in width (the reference's width E may differ from the learner's D: it is another
+model), an empty batch, each a one-line :class:`~jaxlab.core.errors.ConfigError`. Values (τ > 0,
+ε ≥ 0, γ ∈ (0, 1]) are checked when concrete; τ, ε and γ may also be traced (``jax.jit`` with them
+as arguments, a learned temperature, ``jax.grad`` with respect to τ or ε: ∂F/∂ε = τ·mean_i
+1/(ε + m_i) summed over both directions, also at ε = 0), and then they are not inspected: τ = 0
+gives inf/NaN, which ``jax.experimental.checkify.checkify(loss, errors=checkify.float_checks)``
+reports (and the training loop's finiteness check stops on), while a negative τ or ε gives a
+finite, meaningless value.
 """
 
 from __future__ import annotations
@@ -55,18 +66,56 @@ __all__ = [
 ]
 
 
-def _check(tau: float, eps: float) -> None:
-    # Traced values (a learned temperature) are not checked: only what a config gives.
-    if isinstance(tau, int | float) and not (tau > 0 and math.isfinite(tau)):
-        raise ConfigError(f"tau must be a positive finite number, got {tau}")
-    if isinstance(eps, int | float) and not (eps >= 0 and math.isfinite(eps)):
-        raise ConfigError(f"eps must be a finite number >= 0, got {eps}")
+def _concrete(x: object) -> bool:
+    """Whether ``x`` has a value now (not a tracer of ``jit``, ``grad``, ``vmap``, ...)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_scalar(name: str, value: object, ok, want: str) -> None:
+    """One-line error unless ``value`` is a real scalar satisfying ``ok`` (values only when
+    concrete: a traced scalar is checked for its shape alone)."""
+    if isinstance(value, str | bytes | bool):
+        raise ConfigError(f"{name} must be {want}, got {value!r}")
+    if jnp.ndim(value) != 0:
+        raise ConfigError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
+    if _concrete(value):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be {want}, got {value!r}") from None
+        if not ok(number):
+            raise ConfigError(f"{name} must be {want}, got {value!r}")
+
+
+def _check(tau: object, eps: object = 0.0) -> None:
+    _check_scalar("tau", tau, lambda t: t > 0 and math.isfinite(t), "a positive finite number")
+    _check_scalar("eps", eps, lambda e: e >= 0 and math.isfinite(e), "a finite number >= 0")
 
 
 def _check_shapes(*arrays: jax.Array | None) -> None:
     shapes = [a.shape for a in arrays if a is not None]
     if any(len(s) != 2 for s in shapes) or len({s[-1] for s in shapes}) > 1:
         raise ConfigError(f"embeddings must be (B, D) with one D, got shapes {shapes}")
+
+
+def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) -> None:
+    """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, E)``."""
+    _check_shapes(img, txt)
+    if img.shape[0] != txt.shape[0] or img.shape[0] < min_batch:
+        raise ConfigError(
+            f"need B >= {min_batch} matching pairs, got img {img.shape} and txt {txt.shape}"
+        )
+    if (ref_img is None) != (ref_txt is None):
+        raise ConfigError("give both reference embeddings (ref_img, ref_txt) or neither")
+    if ref_img is None:
+        return
+    b = img.shape[0]
+    if jnp.ndim(ref_img) != 2 or jnp.shape(ref_img) != jnp.shape(ref_txt) or ref_img.shape[0] != b:
+        raise ConfigError(
+            f"the reference embeddings must be (B, E) with the learner's B={b} and one width E: "
+            f"got ref_img {jnp.shape(ref_img)} and ref_txt {jnp.shape(ref_txt)} for img "
+            f"{img.shape} and txt {txt.shape}"
+        )
 
 
 def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -80,7 +129,7 @@ def margins(
     ref_anchor_BD: Float[Array, "B E"] | None = None,
     ref_candidate_ND: Float[Array, "N E"] | None = None,
     *,
-    tau: float,
+    tau: float | Float[Array, ""],
     offset: int | jax.Array = 0,
 ) -> tuple[Float[Array, "B N"], Bool[Array, "B N"]]:
     """Reference-adjusted margins d_ij = ((s_ij − s_ii) − (r_ij − r_ii)) / τ (Sec. 4, Eq. (9)).
@@ -106,12 +155,30 @@ def margins(
     return d_BN / tau, neg_BN
 
 
+@jax.custom_jvp
+def _log_add_eps(log_m: Array, eps: Array) -> Array:
+    """``log(ε + m)`` from ``log m`` and ε ≥ 0; its ε-derivative ``1/(ε + m)`` holds at ε = 0 too
+    (through ``log ε`` it would be ``0 · ∞``)."""
+    return jnp.logaddexp(log_m, jnp.log(eps))
+
+
+@_log_add_eps.defjvp
+def _log_add_eps_jvp(primals, tangents):
+    log_m, eps = primals
+    d_log_m, d_eps = tangents
+    out = _log_add_eps(log_m, eps)
+    return out, jnp.exp(log_m - out) * d_log_m + jnp.exp(-out) * d_eps
+
+
 def _log_eps_mean(
-    d_BN: Float[Array, "B N"], neg_BN: Bool[Array, "B N"], eps: float, count: int
+    d_BN: Float[Array, "B N"], neg_BN: Bool[Array, "B N"], eps: float | Array, count: int
 ) -> Float[Array, " B"]:
-    """log(ε + (1/count) Σ_{j negative} exp(d_ij)), stable for large margins and ε = 0."""
+    """log(ε + (1/count) Σ_{j negative} exp(d_ij)), stable for large margins and ε = 0; ε may be
+    traced."""
     lse_B = jax.nn.logsumexp(jnp.where(neg_BN, d_BN, -jnp.inf), axis=1) - math.log(count)
-    return lse_B if eps == 0 else jnp.logaddexp(lse_B, math.log(eps))
+    if _concrete(eps) and float(eps) == 0:
+        return lse_B
+    return _log_add_eps(lse_B, jnp.asarray(eps, lse_B.dtype))
 
 
 def anchor_log_terms(
@@ -120,8 +187,8 @@ def anchor_log_terms(
     ref_anchor_BD: Float[Array, "B E"] | None = None,
     ref_candidate_ND: Float[Array, "N E"] | None = None,
     *,
-    tau: float,
-    eps: float,
+    tau: float | Float[Array, ""],
+    eps: float | Float[Array, ""],
     offset: int | jax.Array = 0,
 ) -> Float[Array, " B"]:
     """Per-anchor log(ε + (1/(N−1)) Σ_{j≠i} exp(d_ij)) of Eq. (9), unscaled by τ."""
@@ -137,8 +204,8 @@ def gate_off(
     ref_img_BE: Float[Array, "B E"] | None,
     ref_txt_BE: Float[Array, "B E"] | None,
     *,
-    tau: float,
-    eps: float,
+    tau: float | Float[Array, ""],
+    eps: float | Float[Array, ""],
 ) -> Bool[Array, "2 B"]:
     """Which anchors the ε of Eq. (9) switches off: image anchors (row 0) and text anchors (row 1).
 
@@ -146,7 +213,9 @@ def gate_off(
     ``m_i / (ε + m_i)``; it is off (weight below 1/2) when ``m_i < ε``, that is when its
     reference-adjusted margins lie below about ``−τ ln(1/ε)``. With ε = 0 no anchor is off.
     """
-    if eps == 0:
+    _check(tau, eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
+    if _concrete(eps) and float(eps) == 0:
         return jnp.zeros((2, img_BD.shape[0]), bool)
     count = img_BD.shape[0] - 1
     rows = []
@@ -155,7 +224,7 @@ def gate_off(
         (txt_BD, img_BD, ref_txt_BE, ref_img_BE),
     ):
         d_BN, neg_BN = margins(anchor, cand, r_anchor, r_cand, tau=tau)
-        rows.append(_log_eps_mean(d_BN, neg_BN, 0.0, count) < math.log(eps))  # log m_i < log ε
+        rows.append(_log_eps_mean(d_BN, neg_BN, 0.0, count) < jnp.log(eps))  # log m_i < log ε
     return jnp.stack(rows)
 
 
@@ -165,8 +234,8 @@ def drrho_loss(
     ref_img_BE: Float[Array, "B E"] | None,
     ref_txt_BE: Float[Array, "B E"] | None,
     *,
-    tau: float,
-    eps: float,
+    tau: float | Float[Array, ""],
+    eps: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """The DRRho-CLIP objective F on one global batch (module docstring; paper Eq. (9)).
 
@@ -174,18 +243,18 @@ def drrho_loss(
     the formula; ``ref_img_BE = ref_txt_BE = None`` gives exactly :func:`gcl_loss`.
     """
     _check(tau, eps)
-    _check_shapes(img_BD, txt_BD)
-    if (ref_img_BE is None) != (ref_txt_BE is None):
-        raise ConfigError("give both reference embeddings (ref_img, ref_txt) or neither")
-    if img_BD.shape[0] < 2 or img_BD.shape[0] != txt_BD.shape[0]:
-        raise ConfigError(f"need B >= 2 matching pairs, got {img_BD.shape} and {txt_BD.shape}")
+    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
     img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BE, ref_txt_BE, tau=tau, eps=eps)
     txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BE, ref_img_BE, tau=tau, eps=eps)
     return tau * jnp.mean(img_terms + txt_terms)
 
 
 def gcl_loss(
-    img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float, eps: float
+    img_BD: Float[Array, "B D"],
+    txt_BD: Float[Array, "B D"],
+    *,
+    tau: float | Float[Array, ""],
+    eps: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """The global contrastive loss of SogCLR/FastCLIP (Eq. (9) without a reference), γ = 1."""
     return drrho_loss(img_BD, txt_BD, None, None, tau=tau, eps=eps)
@@ -195,6 +264,7 @@ def clip_loss(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
 ) -> Float[Array, ""]:
     """CLIP's InfoNCE (Radford et al. 2021): mean cross-entropy of both directions, halved."""
+    _check_pairs(img_BD, txt_BD, min_batch=1)
     return jnp.mean(per_pair_clip_loss(img_BD, txt_BD, tau=tau))
 
 
@@ -202,7 +272,8 @@ def per_pair_clip_loss(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
 ) -> Float[Array, " B"]:
     """Each pair's InfoNCE within the batch, (image→text + text→image) / 2 (JEST's scores)."""
-    _check_shapes(img_BD, txt_BD)
+    _check(tau)
+    _check_pairs(img_BD, txt_BD, min_batch=0)
     logits_BB = _dot(img_BD, txt_BD) / tau
     diag_B = jnp.diagonal(logits_BB)
     img_ce = jax.nn.logsumexp(logits_BB, axis=1) - diag_B
@@ -216,11 +287,14 @@ def distill_loss(
     ref_img_BE: Float[Array, "B E"],
     ref_txt_BE: Float[Array, "B E"],
     *,
-    tau: float | jax.Array,
-    ref_tau: float,
+    tau: float | Float[Array, ""],
+    ref_tau: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """Knowledge distillation from the reference: cross-entropy of the target's softmax rows
     against the reference's (both directions, halved), as the authors' ``distill_loss``."""
+    _check(tau)
+    _check_scalar("ref_tau", ref_tau, lambda t: t > 0 and math.isfinite(t), "a positive number")
+    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=1)
     s_BB = _dot(img_BD, txt_BD) / tau
     r_BB = jax.lax.stop_gradient(_dot(ref_img_BE, ref_txt_BE) / ref_tau)
 
@@ -257,18 +331,18 @@ def update_log_u(
     log_u_B: Float[Array, " B"],
     log_g_B: Float[Array, " B"],
     seen_B: Bool[Array, " B"],
-    gamma: float,
+    gamma: float | Float[Array, ""],
 ) -> Float[Array, " B"]:
     """u ← (1−γ)·u + γ·g in the log domain; a first visit takes g (FastCLIP, Alg. 1, line 5).
 
     ``log(1−γ) + log_u`` and ``log γ + log_g`` are combined with ``logaddexp``, so u never leaves
     the log domain (the inner means span e^{±1/τ}, beyond float32 for τ = 0.01). γ = 1 gives g.
     """
-    if not 0 < gamma <= 1:
-        raise ConfigError(f"gamma must be in (0, 1], got {gamma}")
-    if gamma == 1:
+    _check_scalar("gamma", gamma, lambda g: 0 < g <= 1, "in (0, 1]")
+    if _concrete(gamma) and float(gamma) == 1:
         return log_g_B
-    mixed_B = jnp.logaddexp(math.log1p(-gamma) + log_u_B, math.log(gamma) + log_g_B)
+    # A traced γ = 1 gives log(1 − γ) = −inf, and logaddexp(−inf, log g) = log g as well.
+    mixed_B = jnp.logaddexp(jnp.log1p(-gamma) + log_u_B, jnp.log(gamma) + log_g_B)
     return jnp.where(seen_B, mixed_B, log_g_B)
 
 
@@ -288,9 +362,9 @@ def drrho_surrogate(
     tables: ContrastiveTables,
     ids_B: Int[Array, " B"],
     *,
-    tau: float,
-    eps: float,
-    gamma: float,
+    tau: float | Float[Array, ""],
+    eps: float | Float[Array, ""],
+    gamma: float | Float[Array, ""],
     anchors: slice | None = None,
     offset: int | jax.Array = 0,
 ) -> tuple[Float[Array, ""], ContrastiveTables]:
@@ -310,7 +384,14 @@ def drrho_surrogate(
       The surrogate (mean over the anchors) and the tables with the anchors' entries updated.
     """
     _check(tau, eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
     rows = anchors or slice(None)
+    n_anchors = len(range(*rows.indices(img_BD.shape[0])))
+    if jnp.shape(ids_B) != (n_anchors,):
+        raise ConfigError(
+            f"ids_B must hold one sample id per anchor: {n_anchors} anchors, got ids_B of shape "
+            f"{jnp.shape(ids_B)}"
+        )
     ref = ref_img_BE is not None
     d_img, neg = margins(
         img_BD[rows],
@@ -349,8 +430,8 @@ def surrogate_terms(
     log_u_txt_B: Float[Array, " B"],
     seen_B: Bool[Array, " B"],
     *,
-    eps: float,
-    gamma: float,
+    eps: float | Float[Array, ""],
+    gamma: float | Float[Array, ""],
 ) -> tuple[Float[Array, " B"], Float[Array, " B"], Float[Array, " B"]]:
     """Per-anchor surrogate terms (unscaled by τ) and the anchors' updated log u, from the
     margins of B anchors against all N candidates (the single-device and sharded forms share it).

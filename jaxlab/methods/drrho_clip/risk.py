@@ -11,7 +11,10 @@ learner's loss over a reference model's on the same example:
   values of ℓ − ℓ_ref, i.e. min_λ λ + E[(x − λ)_+]/α at the sample level; α = 1 is the mean.
 
 Any jaxlab model fits: compute the per-example losses of the learner and of the frozen reference
-(stop-gradient, e.g. features cached once), then call one of these.
+(stop-gradient, e.g. features cached once), then call one of these. They compute in the losses'
+dtype promoted to at least float32. τ may be traced (``jax.jit``, ``jax.grad`` with respect to
+τ) and is then not checked; α sets how many examples are averaged, a shape, so it must be a
+Python number (static under ``jit``).
 """
 
 from __future__ import annotations
@@ -23,25 +26,31 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.methods.drrho_clip.losses import _check
 
 __all__ = ["drrho_risk_cvar", "drrho_risk_kl"]
 
 
 def _excess(losses_N: jax.Array, ref_losses_N: jax.Array) -> jax.Array:
-    if losses_N.ndim != 1 or losses_N.shape != ref_losses_N.shape:
+    if jnp.ndim(losses_N) != 1 or jnp.shape(losses_N) != jnp.shape(ref_losses_N):
         raise ConfigError(
-            f"need per-example losses of one shape (N,), got {losses_N.shape} and "
-            f"{ref_losses_N.shape}"
+            f"need per-example losses of one shape (N,), got {jnp.shape(losses_N)} and "
+            f"{jnp.shape(ref_losses_N)}"
         )
-    return losses_N.astype(jnp.float32) - jax.lax.stop_gradient(ref_losses_N).astype(jnp.float32)
+    if jnp.shape(losses_N)[0] == 0:
+        raise ConfigError("need at least one example, got empty losses")
+    dtype = jnp.promote_types(jnp.result_type(losses_N, ref_losses_N), jnp.float32)
+    return jnp.asarray(losses_N, dtype) - jax.lax.stop_gradient(jnp.asarray(ref_losses_N, dtype))
 
 
 def drrho_risk_kl(
-    losses_N: Float[Array, " N"], ref_losses_N: Float[Array, " N"], *, tau: float
+    losses_N: Float[Array, " N"],
+    ref_losses_N: Float[Array, " N"],
+    *,
+    tau: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """τ · log mean exp((ℓ − ℓ_ref)/τ) (paper Eq. (4)); the reference gets no gradient."""
-    if not (tau > 0 and math.isfinite(tau)):
-        raise ConfigError(f"tau must be a positive finite number, got {tau}")
+    _check(tau)
     x_N = _excess(losses_N, ref_losses_N)
     # max + τ·log1p(mean(expm1((x − max)/τ))): no overflow for small τ, and for large τ no
     # cancellation in log(mean(exp(y))) with every y near 0 (τ → ∞ is the mean, accurately).
@@ -53,7 +62,12 @@ def drrho_risk_cvar(
     losses_N: Float[Array, " N"], ref_losses_N: Float[Array, " N"], *, alpha: float
 ) -> Float[Array, ""]:
     """CVaR_α of ℓ − ℓ_ref: the mean of its top ⌈αN⌉ values (α ∈ (0, 1])."""
-    if not 0 < alpha <= 1:
+    if isinstance(alpha, jax.core.Tracer):
+        raise ConfigError(
+            "alpha sets how many examples are averaged (a shape) and must be a Python number: "
+            "mark it static under jax.jit (static_argnames) or bind it with functools.partial"
+        )
+    if isinstance(alpha, str | bool) or not 0 < alpha <= 1:
         raise ConfigError(f"alpha must be in (0, 1], got {alpha}")
     x_N = _excess(losses_N, ref_losses_N)
     k = max(1, math.ceil(alpha * x_N.shape[0] - 1e-9))

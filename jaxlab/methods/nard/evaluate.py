@@ -38,7 +38,7 @@ def fit_any(name: str, X: np.ndarray, Y: np.ndarray, lam: float, **kw) -> NARDRe
     """
     if name in METHODS:
         res = fit(X, Y, method=name, lam=lam, **kw)
-        arrays = ("coef", "gamma", "precision", "objective", "selected")
+        arrays = ("coef", "gamma", "precision", "objective", "selected", "intercept")
         return res._replace(**{key: np.asarray(getattr(res, key)) for key in arrays})
     return run_baseline(name, X, Y, lam, **kw)
 
@@ -95,6 +95,6 @@ def heldout_mse(
         x_tr, x_te = standardise(X[:, train], X[:, test])
         y_tr, y_te = standardise(Y[:, train], Y[:, test])
         res = fit_any(name, x_tr, y_tr, lam, **kw)
-        errs.append(np.mean((y_te - res.coef @ x_te) ** 2))
+        errs.append(np.mean((y_te - res.predict(x_te)) ** 2))
         converged.append(res.converged)
     return HeldOut(float(np.mean(errs)), float(np.mean(converged)))

@@ -65,13 +65,15 @@ def initial_gamma(X: Float[Array, "d N"]) -> Float[Array, " d"]:
     """``γ₀ = N / (d ‖x_i‖²)``: the prior explains about one noise variance in total.
 
     Starting every feature at unit prior variance instead lets d > N features explain Y exactly at
-    first, and the ascent then needs many more iterations to prune them again. Zero feature rows
-    are rejected before a solver runs (:func:`~jaxlab.methods.nard.api.validate`); the floor only
-    keeps the division finite.
+    first, and the ascent then needs many more iterations to prune them again. A zero row (a
+    constant feature after centring) carries no information: its ``γ₀`` is 0, which prunes it for
+    good, and d counts only the non-zero rows, so such rows change nothing else.
     """
-    d, n = X.shape
+    n = X.shape[1]
     norms = jnp.sum(X * X, axis=1)
-    return n / (d * jnp.maximum(norms, jnp.finfo(X.dtype).tiny))
+    nonzero = norms > 0
+    d = jnp.maximum(jnp.sum(nonzero), 1).astype(X.dtype)
+    return jnp.where(nonzero, n / (d * jnp.where(nonzero, norms, 1.0)), 0.0)
 
 
 class Posterior(NamedTuple):

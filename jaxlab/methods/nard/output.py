@@ -5,10 +5,10 @@
 the house solver convention (``n_iter``, ``converged``, a trace, ``seconds``) beside the estimate.
 A solver called directly (jitted) fills the estimate in the variance parametrisation ``γ = 1/α``
 (``γ_i = 0``: feature i pruned) and the objective trace padded by NaN after ``n_iter``, and leaves
-``selected``, ``seconds`` and ``stats_seconds`` as ``None``;
+``selected``, ``seconds``, ``stats_seconds`` and ``intercept`` as ``None``;
 :func:`~jaxlab.methods.nard.solve.run_solver` times it and :func:`jaxlab.methods.nard.fit` selects
-the features and trims the trace. :func:`omega_step` is the Ω-update of every algorithm: a
-warm-started graphical lasso whose result is kept only when it raises
+the features, adds the intercept and trims the trace. :func:`omega_step` is the Ω-update of every
+algorithm: a warm-started graphical lasso whose result is kept only when it raises
 ``log|Ω| − tr(ΩS) − λ‖Ω‖₁,off`` (the coordinate-descent solution is exact only up to its
 tolerance, and the solvers promise monotone objectives).
 """
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from jaxlab.methods.nard.glasso import graphical_lasso
 from jaxlab.methods.nard.model import penalised_gaussian
@@ -55,6 +55,9 @@ class NARDResult(NamedTuple):
       stats_seconds: the part of ``seconds`` spent on NARD's statistics (the d×d Gram matrix for
         ``nard`` and ``sequential``; ``YXᵀ``, ``YYᵀ`` and ρ for the surrogate methods); NaN for the
         baselines, ``None`` when not timed.
+      intercept: b (m,) of ``Y ≈ W X + b``: ``ȳ − W x̄`` from :func:`~jaxlab.methods.nard.fit`
+        with ``fit_intercept=True``, zeros with ``fit_intercept=False``; ``None`` from a solver
+        called directly and from the baselines (which fit no intercept).
     """
 
     coef: Float[Array, "m d"]
@@ -66,6 +69,12 @@ class NARDResult(NamedTuple):
     selected: Bool[Array, " d"] | None = None
     seconds: float | None = None
     stats_seconds: float | None = None
+    intercept: Float[Array, " m"] | None = None
+
+    def predict(self, X: Float[ArrayLike, "d N"]) -> Float[Array, "m N"]:
+        """``W X + b`` for inputs X (d×N), in the units of the fitted Y."""
+        out = self.coef @ X
+        return out if self.intercept is None else out + self.intercept[:, None]
 
     @property
     def alpha(self) -> Float[Array, " d"] | None:

@@ -7,6 +7,7 @@ general DRRho risks against numpy.
 """
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -261,3 +262,143 @@ def test_gate_off_against_a_numpy_count(x64):
     assert not np.asarray(
         gate_off(*map(jnp.asarray, (img, txt, rimg, rtxt)), tau=tau, eps=0.0)
     ).any()
+
+
+# ------------------------------------------------ bad inputs, references of another shape, jit
+
+
+def _one_line(call, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        call()
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_zero_temperature_and_empty_batches_are_one_line_errors(batch):
+    # clip_loss returned NaN for τ = 0 and for an empty batch; distill_loss NaN for τ = 0.
+    img, txt, rimg, rtxt = batch
+    for tau in (0.0, jnp.float32(0.0), np.float64(-1.0), float("inf")):
+        _one_line(lambda t=tau: L.clip_loss(img, txt, tau=t), "tau must be a positive")
+        _one_line(lambda t=tau: L.per_pair_clip_loss(img, txt, tau=t), "tau must be a positive")
+        _one_line(lambda t=tau: L.distill_loss(img, txt, rimg, rtxt, tau=t, ref_tau=0.1), "tau")
+        _one_line(lambda t=tau: drrho_risk_kl(img[:, 0], txt[:, 0], tau=t), "tau")
+    _one_line(lambda: L.distill_loss(img, txt, rimg, rtxt, tau=0.1, ref_tau=0), "ref_tau")
+    _one_line(lambda: L.clip_loss(img[:0], txt[:0], tau=0.1), r"B >= 1 .*img \(0, 5\)")
+    _one_line(lambda: L.distill_loss(img[:0], txt[:0], rimg[:0], rtxt[:0], tau=1, ref_tau=1), "B")
+    _one_line(lambda: L.clip_loss(img, txt[:4], tau=0.1), r"txt \(4, 5\)")
+    _one_line(lambda: drrho_risk_kl(img[:0, 0], txt[:0, 0], tau=0.1), "at least one example")
+    _one_line(lambda: L.gcl_loss(img, txt, tau=0.1, eps=jnp.asarray([0.1, 0.2])), "scalar")
+    assert L.per_pair_clip_loss(img[:0], txt[:0], tau=0.1).shape == (0,)  # empty is not NaN
+
+
+@pytest.mark.parametrize(
+    ("ref_img_shape", "ref_txt_shape"), [((4, E), (4, E)), ((B, E), (B, E + 1)), ((B, E), (4, E))]
+)
+def test_a_reference_of_another_batch_or_width_is_one_line(batch, ref_img_shape, ref_txt_shape):
+    # These raised broadcasting / dot_general tracebacks from inside margins.
+    img, txt, _, _ = batch
+    rng = np.random.default_rng(5)
+    rimg, rtxt = (
+        _unit(rng.normal(size=s)).astype(np.float32) for s in (ref_img_shape, ref_txt_shape)
+    )
+    match = re.escape(f"ref_img {ref_img_shape} and ref_txt {ref_txt_shape} for img (6, 5)")
+    kw = dict(tau=0.1, eps=1e-3)
+    tables, ids = L.init_tables(B), jnp.arange(B)
+    _one_line(lambda: L.drrho_loss(img, txt, rimg, rtxt, **kw), match)
+    _one_line(lambda: L.gate_off(img, txt, rimg, rtxt, **kw), match)
+    _one_line(lambda: L.drrho_surrogate(img, txt, rimg, rtxt, tables, ids, gamma=0.5, **kw), match)
+    _one_line(lambda: L.distill_loss(img, txt, rimg, rtxt, tau=0.1, ref_tau=0.1), match)
+
+
+def test_surrogate_ids_must_match_the_anchors(batch):
+    img, txt, rimg, rtxt = batch
+    tables = L.init_tables(B)
+    kw = dict(tau=0.1, eps=1e-3, gamma=0.5)
+    _one_line(
+        lambda: L.drrho_surrogate(img, txt, rimg, rtxt, tables, jnp.arange(B - 1), **kw),
+        r"6 anchors, got ids_B of shape \(5,\)",
+    )
+    got = L.drrho_surrogate(img, txt, rimg, rtxt, tables, jnp.arange(2), anchors=slice(2, 4), **kw)
+    assert got[0].shape == ()
+
+
+def _m(a, c, ra, rc, tau):
+    """m_i = (1/(B−1)) Σ_{j≠i} exp(d_ij) in float64 numpy."""
+    s, r = np.float64(a) @ np.float64(c).T, np.float64(ra) @ np.float64(rc).T
+    d = ((s - np.diag(s)[:, None]) - (r - np.diag(r)[:, None])) / tau
+    return np.array([np.delete(np.exp(d[i]), i).mean() for i in range(len(a))])
+
+
+def test_traced_eps_under_jit_and_its_gradient(batch):
+    # A traced ε raised TracerBoolConversionError (``eps == 0``). Under jit it must give the eager
+    # value, and ∂F/∂ε = τ mean_i [1/(ε + m_i) + 1/(ε + m'_i)] (float64 numpy), also at ε = 0
+    # (the one-sided derivative of log(ε + m) is 1/m there; through log ε it would be NaN).
+    img, txt, rimg, rtxt = batch
+    tau = 0.2
+    m_img, m_txt = _m(img, txt, rimg, rtxt, tau), _m(txt, img, rtxt, rimg, tau)
+    loss = jax.jit(lambda e: L.drrho_loss(img, txt, rimg, rtxt, tau=tau, eps=e))
+    grad = jax.jit(jax.grad(lambda e: L.drrho_loss(img, txt, rimg, rtxt, tau=tau, eps=e)))
+    for eps in (0.0, 1e-2, 0.3):
+        eager = L.drrho_loss(img, txt, rimg, rtxt, tau=tau, eps=eps)
+        np.testing.assert_allclose(loss(eps), eager, rtol=1e-6)
+        want = tau * np.mean(1 / (eps + m_img) + 1 / (eps + m_txt))
+        np.testing.assert_allclose(grad(eps), want, rtol=1e-5)
+    # The other users of ε: the surrogate's table update, the gate, and GCL.
+    tables, ids = L.init_tables(B), jnp.arange(B)
+
+    def surrogate(e, g):
+        return L.drrho_surrogate(img, txt, rimg, rtxt, tables, ids, tau=tau, eps=e, gamma=g)
+
+    for eps, gamma in ((0.0, 1.0), (0.05, 0.3)):
+        for a, b in zip(
+            jax.tree.leaves(jax.jit(surrogate)(eps, gamma)),
+            jax.tree.leaves(surrogate(eps, gamma)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        gate = jax.jit(lambda e: L.gate_off(img, txt, rimg, rtxt, tau=tau, eps=e))
+        np.testing.assert_array_equal(gate(eps), L.gate_off(img, txt, rimg, rtxt, tau=tau, eps=eps))
+    gcl = jax.jit(lambda e: L.gcl_loss(img, txt, tau=tau, eps=e))
+    np.testing.assert_allclose(gcl(0.1), L.gcl_loss(img, txt, tau=tau, eps=0.1), rtol=1e-6)
+
+
+def test_gradients_in_eps_and_tau_match_finite_differences(batch, x64):
+    img, txt, rimg, rtxt = (np.float64(x) for x in batch)
+
+    def f(tau, eps):
+        return L.drrho_loss(img, txt, rimg, rtxt, tau=tau, eps=eps)
+
+    g_tau, g_eps = jax.grad(f, argnums=(0, 1))(0.3, 0.05)
+    h = 1e-6
+    np.testing.assert_allclose(g_tau, (f(0.3 + h, 0.05) - f(0.3 - h, 0.05)) / (2 * h), rtol=1e-6)
+    np.testing.assert_allclose(g_eps, (f(0.3, 0.05 + h) - f(0.3, 0.05 - h)) / (2 * h), rtol=1e-6)
+    g = jax.grad(lambda t: drrho_risk_kl(img[:, 0], txt[:, 0], tau=t))(0.5)
+    fd = (
+        drrho_risk_kl(img[:, 0], txt[:, 0], tau=0.5 + h)
+        - drrho_risk_kl(img[:, 0], txt[:, 0], tau=0.5 - h)
+    ) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def test_under_jit_a_zero_temperature_is_caught_by_checkify(batch):
+    # Traced values are not inspected (documented); checkify's float checks report the inf/NaN a
+    # τ = 0 produces, which the eager call refuses.
+    from jax.experimental import checkify
+
+    img, txt, rimg, rtxt = batch
+    checked = checkify.checkify(
+        jax.jit(lambda t: L.drrho_loss(img, txt, rimg, rtxt, tau=t, eps=0.0)),
+        errors=checkify.float_checks,
+    )
+    assert checked(0.0)[0].get() is not None
+    assert checked(0.1)[0].get() is None
+
+
+def test_risks_keep_float64_and_refuse_a_traced_alpha(x64):
+    loss = np.linspace(0.0, 1.0, 7)
+    ref = loss[::-1].copy()
+    assert drrho_risk_kl(loss, ref, tau=0.5).dtype == jnp.float64
+    assert drrho_risk_cvar(loss, ref, alpha=0.5).dtype == jnp.float64
+    assert (
+        drrho_risk_kl(loss.astype(np.float32), ref.astype(np.float32), tau=0.5).dtype == jnp.float32
+    )
+    _one_line(lambda: jax.jit(lambda a: drrho_risk_cvar(loss, ref, alpha=a))(0.5), "static")
