@@ -11,8 +11,8 @@ another token. Every language model therefore checks its tokens where they enter
 (:func:`check_token_ids`): shapes always, and the ids themselves in one line when they are concrete
 (eager calls). Under ``jax.jit`` (or ``vmap``, ``grad``) values cannot be inspected; there the check
 is a :func:`jax.experimental.checkify.debug_check`, which does nothing unless the caller wraps the
-function in :func:`jax.experimental.checkify.checkify`, and :func:`token_ids_in_range` is the flag
-to return from a jitted step and check on the host, as the training loop does with its
+function in :func:`jax.experimental.checkify.checkify`, and :func:`jaxlab.core.checks.ids_in_range`
+is the flag to return from a jitted step and check on the host, as the training loop does with its
 finiteness flag (:func:`jaxlab.core.step.all_finite`).
 """
 
@@ -22,11 +22,10 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
-from jax.experimental import checkify
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float, Int
 
+from jaxlab.core.checks import check_ids
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.linear import Dense, LinearFactory, LinearSpec, default_matmul_impl, param_init
 
@@ -40,7 +39,6 @@ __all__ = [
     "make_norm",
     "param_init",
     "qk_layernorm",
-    "token_ids_in_range",
     "unembedding",
 ]
 
@@ -105,24 +103,17 @@ class MLP(nnx.Module):
         return self.down(self.up(x_BTD, activation="gelu"))
 
 
-def token_ids_in_range(tokens: Int[Array, "..."], vocab_size: int) -> Bool[Array, ""]:
-    """Whether every id lies in ``[0, vocab_size)``: one reduction, usable under ``jax.jit``
-    (return it from a jitted step and check it on the host; module docstring)."""
-    tokens = jnp.asarray(tokens)
-    return jnp.all((tokens >= 0) & (tokens < vocab_size))
-
-
 def check_token_ids(
     tokens: Int[Array, "B T"], vocab_size: int | None, *, owner: str = "tokens"
 ) -> None:
     """Raises a one-line :class:`ConfigError` unless ``tokens`` are ``(B, T)`` integers with every
     id in ``[0, vocab_size)`` (``vocab_size=None``: the shape and dtype only).
 
-    The shape and dtype are checked always (they are static). The ids are checked when they are
-    concrete; under a transformation (``jax.jit``, ``vmap``, ``grad``) by a
+    The shape and dtype are checked always (they are static); the ids by
+    :func:`jaxlab.core.checks.check_ids`: at once when they are concrete, and under a
+    transformation (``jax.jit``, ``vmap``, ``grad``) by a
     :func:`jax.experimental.checkify.debug_check`, which raises only when the caller's function is
-    wrapped in :func:`jax.experimental.checkify.checkify` (``errors=checkify.user_checks``, its
-    default) and costs nothing otherwise (module docstring).
+    wrapped in :func:`jax.experimental.checkify.checkify` and costs nothing otherwise.
     """
     shape, dtype = jnp.shape(tokens), jnp.result_type(tokens)
     if len(shape) != 2 or not jnp.issubdtype(dtype, jnp.integer):
@@ -130,22 +121,8 @@ def check_token_ids(
         raise ConfigError(
             f"{owner}: tokens must be (B, T) integer ids; got shape {shape}, dtype {dtype}{hint}"
         )
-    if vocab_size is None:
-        return
-    try:
-        ids = np.asarray(tokens)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        message = f"{owner}: token ids must lie in [0, {vocab_size}); got min {{lo}}, max {{hi}}"
-        in_range = token_ids_in_range(tokens, vocab_size)
-        checkify.debug_check(in_range, message, lo=jnp.min(tokens), hi=jnp.max(tokens))
-        return
-    bad = np.argwhere((ids < 0) | (ids >= vocab_size))
-    if bad.size:
-        b, t = bad[0]
-        raise ConfigError(
-            f"{owner}: token ids must lie in [0, {vocab_size}) (the vocabulary); got {ids[b, t]} "
-            f"at [{b}, {t}] ({len(bad)} id(s) out of range)"
-        )
+    if vocab_size is not None:
+        check_ids(tokens, vocab_size, name=f"{owner}: token ids", table="the vocabulary")
 
 
 class TokenEmbedding(nnx.Module):

@@ -26,10 +26,11 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core.checks import is_traced
 from jaxlab.core.errors import RunError
 from jaxlab.core.iterate import Iteration
 from jaxlab.ot.dual import plan, split
-from jaxlab.ot.problem import check_choice, is_traced
+from jaxlab.ot.problem import check_choice
 
 __all__ = [
     "UNCONVERGED",

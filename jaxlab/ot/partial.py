@@ -44,16 +44,14 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core.checks import check_positive, compute_dtype, is_traced
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
 from jaxlab.ot.output import check_unconverged, report_convergence
 from jaxlab.ot.problem import (
     check_arrays,
-    check_positive,
-    is_traced,
     read_problem,
     resolve_tol,
-    solve_dtype,
 )
 
 __all__ = ["PartialOTOutput", "check_partial_inputs", "partial_ot"]
@@ -298,7 +296,7 @@ def partial_ot(
     """
     check_unconverged(unconverged)
     cost, a, b, epsilon = read_problem(a, b, cost, epsilon, require_epsilon=False)
-    dtype = solve_dtype(a, b, cost)
+    dtype = compute_dtype(a, b, cost)
     if epsilon is not None:
         tol = resolve_tol(tol, dtype)
     if not is_traced(a, b, cost, mass, epsilon):

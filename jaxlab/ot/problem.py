@@ -6,23 +6,23 @@ jaxlab defines no problem class of its own: a cost is a matrix or an ott-jax ``G
 :mod:`jaxlab.ot` work on plain arrays ``(cost, a, b, ε)`` inside ``jit``; :func:`read_problem` turns
 the user's objects into those arrays wherever a cost is accepted. Precision follows JAX: a solve
 computes in the dtype of ``a``, ``b`` and the cost under JAX's promotion, at least float32
-(:func:`solve_dtype`), with a default tolerance per dtype and a one-line refusal of a tolerance that
-dtype cannot resolve (:func:`resolve_tol`). Concrete inputs are checked here (:func:`check_inputs`,
-:func:`check_positive`) so that a mistake raises one :class:`~jaxlab.core.errors.ConfigError` line
-instead of a solver that quietly returns NaN; under ``jax.jit`` the values are unknown and the
-checks are skipped (:func:`is_traced`).
+(:func:`jaxlab.core.checks.compute_dtype`), with a default tolerance per dtype and a one-line
+refusal of a tolerance that dtype cannot resolve (:func:`resolve_tol`). Concrete inputs are checked
+here (:func:`check_inputs`, :func:`~jaxlab.core.checks.check_positive`) so that a mistake raises
+one :class:`~jaxlab.core.errors.ConfigError` line instead of a solver that quietly returns NaN;
+under ``jax.jit`` the values are unknown and the checks are skipped
+(:func:`jaxlab.core.checks.is_traced`).
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core.checks import check_positive, check_tol, compute_dtype, is_traced
 from jaxlab.core.errors import ConfigError
 
 __all__ = [
@@ -31,14 +31,11 @@ __all__ = [
     "check_arrays",
     "check_choice",
     "check_inputs",
-    "check_positive",
     "check_solver_call",
     "from_linear_problem",
-    "is_traced",
     "min_tol",
     "read_problem",
     "resolve_tol",
-    "solve_dtype",
     "unpack_cost",
 ]
 
@@ -49,26 +46,6 @@ DEFAULT_TOL = {np.dtype(np.float64): 1e-8, np.dtype(np.float32): 1e-5}
 # A tolerance below this many units in the last place of 1 (marginals of unit mass) is below the
 # rounding of the marginal error itself: refused rather than run to the budget.
 MIN_TOL_ULPS = 4
-_X64_HINT = (
-    "pass float64 inputs with x64 on (JAX_ENABLE_X64=1, or "
-    "jax.config.update('jax_enable_x64', True) before any JAX operation)"
-)
-
-
-def is_traced(*xs: Any) -> bool:
-    """True when any leaf of ``xs`` is a JAX tracer (the call is being traced, e.g. by ``jit``)."""
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(xs))
-
-
-def check_positive(name: str, value: Any) -> None:
-    """Raises ConfigError unless ``value`` is a finite positive real number (not a str or bool)."""
-    arr = np.asarray(value) if not isinstance(value, str | bytes) else None
-    if arr is None or arr.shape != () or arr.dtype.kind not in "fiu":
-        raise ConfigError(
-            f"{name} must be a positive number, got {value!r} ({type(value).__name__})"
-        )
-    if not (np.isfinite(arr) and arr > 0):
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
@@ -76,19 +53,6 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value
-
-
-def solve_dtype(*arrays: Any) -> np.dtype:
-    """The dtype a solve on ``arrays`` computes in: JAX's promotion of theirs, at least float32.
-
-    As in any JAX function, float64 needs x64 on (otherwise JAX computes in float32), and integer
-    or half-precision inputs are promoted to float32.
-    """
-    # Canonicalised first (float64 is float32 with x64 off, silently, as jnp.asarray does):
-    # jnp.result_type would take a float64 dtype as an explicit request and warn.
-    dtypes = [x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype for x in arrays]
-    canonical = (jax.dtypes.canonicalize_dtype(np.dtype(d)) for d in dtypes)
-    return np.dtype(functools.reduce(jnp.promote_types, canonical, jnp.float32))
 
 
 def min_tol(dtype: Any) -> float:
@@ -102,15 +66,7 @@ def resolve_tol(tol: Any, dtype: Any) -> float:
     dtype = np.dtype(dtype)
     if tol is None:
         return DEFAULT_TOL[dtype]
-    check_positive("tol", tol)
-    floor = min_tol(dtype)
-    if float(tol) < floor:
-        hint = _X64_HINT if dtype == np.float32 else "pass a larger tol"
-        raise ConfigError(
-            f"tol={float(tol):g} is below what {dtype.name} resolves (tol >= {floor:.1e}); "
-            f"{hint}, or pass tol >= {floor:.1e}"
-        )
-    return float(tol)
+    return check_tol(tol, dtype, min_tol(dtype))
 
 
 def _ott_instance(x: Any, module: str, name: str) -> bool:
@@ -180,9 +136,9 @@ def read_problem(
     # Uniform marginals in the cost's dtype, built by numpy (no program is compiled for them).
     shape = np.shape(matrix)
     if a is None and len(shape) == 2:
-        a = np.full(shape[0], 1.0 / shape[0], solve_dtype(matrix))
+        a = np.full(shape[0], 1.0 / shape[0], compute_dtype(matrix))
     if b is None and len(shape) == 2:
-        b = np.full(shape[1], 1.0 / shape[1], solve_dtype(matrix))
+        b = np.full(shape[1], 1.0 / shape[1], compute_dtype(matrix))
     return matrix, a, b, epsilon
 
 
@@ -244,7 +200,7 @@ def check_solver_call(a, b, cost, epsilon, init, *, tol: Any, max_iter: Any) -> 
     ``max_iter >= 1`` are checked on eager calls only (when an input is traced the caller, e.g.
     :func:`jaxlab.methods.qn_ot.solve`, checked them).
     """
-    tol = resolve_tol(tol, solve_dtype(a, b, cost))
+    tol = resolve_tol(tol, compute_dtype(a, b, cost))
     if is_traced(a, b, cost, epsilon, init):
         return tol
     if isinstance(max_iter, bool) or not isinstance(max_iter, int | np.integer) or max_iter < 1:

@@ -25,6 +25,7 @@ from flax import nnx
 from jax.experimental import checkify
 
 from jaxlab.core.aot import run_with_devices
+from jaxlab.core.checks import ids_in_range
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.flops import dot_flops
@@ -35,7 +36,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.nn import pallas_switch
 from jaxlab.nn.generate import supports_generation, teacher_forced_logits
-from jaxlab.nn.layers import count_params, token_ids_in_range
+from jaxlab.nn.layers import count_params
 from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
@@ -167,8 +168,8 @@ def test_token_ids_are_checked_where_they_enter(name):
     err, _ = checked(state, tokens.at[1, 3].set(-1))
     with pytest.raises(checkify.JaxRuntimeError, match=r"token ids must lie in \[0, 256\)"):
         err.throw()
-    assert bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens, 256))
-    assert not bool(jax.jit(token_ids_in_range, static_argnums=1)(tokens.at[0, 0].set(256), 256))
+    assert bool(jax.jit(ids_in_range, static_argnums=1)(tokens, 256))
+    assert not bool(jax.jit(ids_in_range, static_argnums=1)(tokens.at[0, 0].set(256), 256))
 
 
 # ---------------------------------------------------------------------------- sharded training

@@ -1,6 +1,5 @@
 """Reading problems from ott-jax's types, and the one-line checks of inputs and settings."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,11 +9,9 @@ from ott.problems.linear.linear_problem import LinearProblem
 from jaxlab.core.errors import ConfigError
 from jaxlab.ot.problem import (
     check_inputs,
-    check_positive,
     from_linear_problem,
     read_problem,
     resolve_tol,
-    solve_dtype,
 )
 
 
@@ -58,18 +55,6 @@ def test_missing_marginals_are_uniform_in_the_costs_dtype():
     assert a.dtype == b.dtype == np.float32
 
 
-def test_the_compute_dtype_follows_jax():
-    # x64 off: float64 numpy inputs compute in float32, as jnp.asarray would, without a warning.
-    assert solve_dtype(np.ones(3), np.ones(3), np.ones((3, 3))) == np.float32
-    assert solve_dtype(np.ones(3, np.int32), np.ones(3, np.float16), np.ones((3, 3))) == np.float32
-    with jax.enable_x64(True):
-        assert solve_dtype(np.ones(3), np.ones(3), np.ones((3, 3))) == np.float64
-        assert solve_dtype(jnp.ones(3, jnp.float32), jnp.ones(3), np.ones((3, 3))) == np.float64
-        f32 = jnp.ones(3, jnp.float32)
-        assert solve_dtype(f32, f32, jnp.ones((3, 3), jnp.float32)) == np.float32
-        assert solve_dtype(np.arange(3), np.arange(3), np.ones((3, 3), np.int64)) == np.float32
-
-
 def test_tolerances_default_per_dtype_and_unreachable_ones_are_refused():
     assert resolve_tol(None, np.float64) == 1e-8  # the paper's (Section 5)
     assert resolve_tol(None, np.float32) == 1e-5
@@ -81,30 +66,6 @@ def test_tolerances_default_per_dtype_and_unreachable_ones_are_refused():
         assert hint in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="tol must be a positive number"):
         resolve_tol(0.0, np.float64)
-
-
-@pytest.mark.parametrize(
-    "value, match",
-    [
-        ("0.1", r"got '0.1' \(str\)"),
-        (True, r"got True \(bool\)"),
-        (None, r"\(NoneType\)"),
-        ([0.1], r"\(list\)"),
-        (0.0, "got 0.0"),
-        (-1, "got -1"),
-        (float("nan"), "got nan"),
-        (float("inf"), "got inf"),
-    ],
-)
-def test_check_positive_refuses_in_one_line(value, match):
-    with pytest.raises(ConfigError, match=match) as err:
-        check_positive("epsilon", value)
-    assert "\n" not in str(err.value)
-
-
-@pytest.mark.parametrize("value", [0.1, 1, np.float32(0.5), np.asarray(2.0), jnp.asarray(1e-3)])
-def test_check_positive_accepts_numbers(value):
-    check_positive("epsilon", value)
 
 
 def test_check_inputs_refuses_non_numeric_arrays():

@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from jaxlab.core.checks import is_traced
 from jaxlab.core.errors import ConfigError
 
 __all__ = [
@@ -66,11 +67,6 @@ __all__ = [
 ]
 
 
-def _concrete(x: object) -> bool:
-    """Whether ``x`` has a value now (not a tracer of ``jit``, ``grad``, ``vmap``, ...)."""
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _check_scalar(name: str, value: object, ok, want: str) -> None:
     """One-line error unless ``value`` is a real scalar satisfying ``ok`` (values only when
     concrete: a traced scalar is checked for its shape alone)."""
@@ -78,7 +74,7 @@ def _check_scalar(name: str, value: object, ok, want: str) -> None:
         raise ConfigError(f"{name} must be {want}, got {value!r}")
     if jnp.ndim(value) != 0:
         raise ConfigError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
-    if _concrete(value):
+    if not is_traced(value):
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -176,7 +172,7 @@ def _log_eps_mean(
     """log(ε + (1/count) Σ_{j negative} exp(d_ij)), stable for large margins and ε = 0; ε may be
     traced."""
     lse_B = jax.nn.logsumexp(jnp.where(neg_BN, d_BN, -jnp.inf), axis=1) - math.log(count)
-    if _concrete(eps) and float(eps) == 0:
+    if not is_traced(eps) and float(eps) == 0:
         return lse_B
     return _log_add_eps(lse_B, jnp.asarray(eps, lse_B.dtype))
 
@@ -215,7 +211,7 @@ def gate_off(
     """
     _check(tau, eps)
     _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
-    if _concrete(eps) and float(eps) == 0:
+    if not is_traced(eps) and float(eps) == 0:
         return jnp.zeros((2, img_BD.shape[0]), bool)
     count = img_BD.shape[0] - 1
     rows = []
@@ -339,7 +335,7 @@ def update_log_u(
     the log domain (the inner means span e^{±1/τ}, beyond float32 for τ = 0.01). γ = 1 gives g.
     """
     _check_scalar("gamma", gamma, lambda g: 0 < g <= 1, "in (0, 1]")
-    if _concrete(gamma) and float(gamma) == 1:
+    if not is_traced(gamma) and float(gamma) == 1:
         return log_g_B
     # A traced γ = 1 gives log(1 − γ) = −inf, and logaddexp(−inf, log g) = log g as well.
     mixed_B = jnp.logaddexp(jnp.log1p(-gamma) + log_u_B, jnp.log(gamma) + log_g_B)

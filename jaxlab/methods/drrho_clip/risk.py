@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core.checks import is_traced
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.drrho_clip.losses import _check
 
@@ -62,7 +63,7 @@ def drrho_risk_cvar(
     losses_N: Float[Array, " N"], ref_losses_N: Float[Array, " N"], *, alpha: float
 ) -> Float[Array, ""]:
     """CVaR_α of ℓ − ℓ_ref: the mean of its top ⌈αN⌉ values (α ∈ (0, 1])."""
-    if isinstance(alpha, jax.core.Tracer):
+    if is_traced(alpha):
         raise ConfigError(
             "alpha sets how many examples are averaged (a shape) and must be a Python number: "
             "mark it static under jax.jit (static_argnames) or bind it with functools.partial"

@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
+from jaxlab.core.checks import check_tol, compute_dtype, is_traced
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.nard.solve import METHODS, is_traced
+from jaxlab.methods.nard.solve import METHODS
 
-__all__ = ["check_lam", "check_options", "check_tol", "validate"]
+__all__ = ["check_lam", "check_nard_tol", "check_options", "validate"]
 
 
 def _as_array(a: ArrayLike):
@@ -62,10 +63,7 @@ def validate(X: ArrayLike, Y: ArrayLike, *, fit_intercept: bool = True) -> tuple
         real = (jnp.floating, jnp.integer, jnp.bool_)
         if not any(jnp.issubdtype(a.dtype, kind) for kind in real):
             raise ConfigError(f"{name} must hold real numbers, got dtype {a.dtype}")
-    dtype = jnp.float32
-    for a in (X, Y):
-        dtype = jnp.promote_types(dtype, a.dtype)
-    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 only with x64 enabled
+    dtype = compute_dtype(X, Y)  # float64 only with x64 enabled
     if not is_traced(X):
         _check_values("X", np.asarray(X))
     if not is_traced(Y):
@@ -86,7 +84,7 @@ def _check_values(name: str, a: np.ndarray) -> None:
 
 
 def _static_int(name: str, value: object) -> None:
-    if isinstance(value, jax.core.Tracer):
+    if is_traced(value):
         raise ConfigError(
             f"{name} sets array shapes and must be a Python int, not a traced value: mark it "
             f"static (jax.jit(fit, static_argnames=({name!r},))) or bind it with functools.partial"
@@ -109,7 +107,7 @@ def _positive(value: object) -> bool:
 def check_lam(lam: object, name: str = "lam") -> float | Array:
     """``lam`` as a float (a traced scalar is passed through), or a one-line
     :class:`ConfigError` unless it is a finite number >= 0."""
-    if isinstance(lam, jax.core.Tracer):
+    if is_traced(lam):
         if jnp.ndim(lam) != 0:
             raise ConfigError(f"{name} must be a scalar, got shape {jnp.shape(lam)}")
         return lam
@@ -125,21 +123,11 @@ def check_lam(lam: object, name: str = "lam") -> float | Array:
     return value
 
 
-def check_tol(tol: object, dtype) -> None:
+def check_nard_tol(tol: object, dtype) -> None:
     """Refuses a ``tol`` that is not a finite number > 0, or one below the compute dtype's
     resolution: a relative change smaller than ``eps`` is less than one unit in the last place of
     the objective, so such a tolerance could only be met by the iteration stalling exactly."""
-    if isinstance(tol, jax.core.Tracer):
-        return
-    if not _positive(tol):
-        raise ConfigError(f"tol must be a finite number > 0, got {tol!r}")
-    eps = float(jnp.finfo(dtype).eps)
-    if float(tol) < eps:
-        raise ConfigError(
-            f"tol={tol!r} is below what {jnp.dtype(dtype).name} resolves (eps {eps:.1e}); pass "
-            "float64 X and Y with x64 enabled (JAX_ENABLE_X64=1 or "
-            f"jax.config.update('jax_enable_x64', True)) or use tol >= {eps:.1e}"
-        )
+    check_tol(tol, dtype, float(jnp.finfo(dtype).eps))
 
 
 def check_options(
@@ -166,6 +154,6 @@ def check_options(
         if value is not None:
             _static_int(name, value)
     if tol is not None:
-        check_tol(tol, dtype)
-    if not isinstance(threshold, jax.core.Tracer) and not _positive(threshold):
+        check_nard_tol(tol, dtype)
+    if not is_traced(threshold) and not _positive(threshold):
         raise ConfigError(f"threshold must be a finite number > 0, got {threshold!r}")

@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from jaxlab.core.checks import is_traced
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.methods.nard.checks import check_lam, check_options, validate
 from jaxlab.methods.nard.output import NARDResult
-from jaxlab.methods.nard.solve import fit_arrays, is_traced
+from jaxlab.methods.nard.solve import fit_arrays
 
 __all__ = ["LAMS", "CVResult", "heldout_loglik", "select_lam"]
 

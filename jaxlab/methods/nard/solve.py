@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core.checks import is_traced
 from jaxlab.core.timing import time_call
 from jaxlab.methods.nard.bound import surrogate_stats
 from jaxlab.methods.nard.model import initial_gamma, suff_stats
@@ -45,7 +46,6 @@ __all__ = [
     "Method",
     "default_tol",
     "fit_arrays",
-    "is_traced",
     "run_solver",
     "solver_inputs",
 ]
@@ -79,11 +79,6 @@ DEFAULT_TOL = {"float32": 1e-5, "float64": 1e-6}
 def default_tol(dtype) -> float:
     """The default ``tol`` of a fit computed in ``dtype`` (:data:`DEFAULT_TOL`)."""
     return DEFAULT_TOL[jnp.dtype(dtype).name]
-
-
-def is_traced(*xs: Any) -> bool:
-    """True when any leaf of ``xs`` is a JAX tracer (the call runs under ``jit``, ``vmap``, ...)."""
-    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(xs))
 
 
 @jax.jit

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from jaxlab.core.checks import check_positive, compute_dtype, is_traced
 from jaxlab.core.compile_cache import enable_compilation_cache
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.timing import time_call
@@ -64,11 +65,8 @@ from jaxlab.ot.output import (
 )
 from jaxlab.ot.problem import (
     check_inputs,
-    check_positive,
-    is_traced,
     read_problem,
     resolve_tol,
-    solve_dtype,
 )
 from jaxlab.ot.sinkhorn import sinkhorn
 
@@ -252,7 +250,7 @@ def compile_solve(
     (method, settings, shapes, dtype), so compiling the same solve again is free.
     """
     cost, a, b, epsilon = read_problem(a, b, cost, epsilon)
-    dtype = solve_dtype(a, b, cost)
+    dtype = compute_dtype(a, b, cost)
     settings = _settings(method, tol, max_iter, options, dtype)
     if is_traced(a, b, cost, epsilon, init):
         raise ConfigError("compile_solve needs concrete inputs; call solve() under jax.jit")
@@ -430,7 +428,7 @@ def solve(
     """
     check_unconverged(unconverged)
     cost, a, b, epsilon = read_problem(a, b, cost, epsilon)
-    dtype = solve_dtype(a, b, cost)
+    dtype = compute_dtype(a, b, cost)
     settings = _settings(method, tol, max_iter, options, dtype)
     if not is_traced(a, b, cost, epsilon, init):
         out = _solve_concrete(settings, cost, a, b, epsilon, init, dtype)

@@ -16,16 +16,17 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from jaxlab.core.checks import compute_dtype, is_traced
 from jaxlab.methods.qn_ot.api import solve
 from jaxlab.ot.differentiation import check_convention, value_from_potentials
-from jaxlab.ot.problem import read_problem, solve_dtype
+from jaxlab.ot.problem import read_problem
 
 __all__ = ["entropic_ot_value"]
 
 
 def _stop(x):
     # Only tracers need it; a concrete numpy input stays numpy (and float64 with x64 off).
-    return jax.lax.stop_gradient(x) if isinstance(x, jax.core.Tracer) else x
+    return jax.lax.stop_gradient(x) if is_traced(x) else x
 
 
 def entropic_ot_value(
@@ -62,7 +63,7 @@ def entropic_ot_value(
     """
     check_convention(convention)
     cost, a, b, epsilon = read_problem(a, b, cost, epsilon)
-    dtype = solve_dtype(a, b, cost)
+    dtype = compute_dtype(a, b, cost)
     out = solve(
         _stop(a),
         _stop(b),

@@ -7,7 +7,7 @@ loss as functions of arrays (:mod:`.loss`; :func:`warmpot_loss` re-exported here
 (:mod:`.config`). See ``README.md`` for how to use it and results beside the paper's.
 """
 
-from jaxlab.methods.warmpot.loss import WarmpotTerms, labels_in_range, warmpot_loss
+from jaxlab.methods.warmpot.loss import WarmpotTerms, warmpot_loss
 from jaxlab.ot.partial import PartialOTOutput, partial_ot
 
-__all__ = ["PartialOTOutput", "WarmpotTerms", "labels_in_range", "partial_ot", "warmpot_loss"]
+__all__ = ["PartialOTOutput", "WarmpotTerms", "partial_ot", "warmpot_loss"]

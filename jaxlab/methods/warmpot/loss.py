@@ -19,7 +19,8 @@ through π or w (stop-gradient), as in the code (π is computed on ``M.detach()`
 Labels index the classes (``-log p(y_i | x̃_j)``, the cross-entropy). Concrete labels outside
 ``[0, C)`` are a one-line ``ConfigError`` (:func:`check_labels`). Under ``jax.jit`` they cannot be
 inspected: JAX's gather would clamp a label ≥ C to class C − 1 and wrap a negative one, and the
-cross-entropy gives NaN, so :func:`warmpot_loss` returns the flag :func:`labels_in_range` with its
+cross-entropy gives NaN, so :func:`warmpot_loss` returns the flag
+:func:`~jaxlab.core.checks.ids_in_range` with its
 terms, computed inside the traced function and read back on the host, as the training loop's
 finiteness flag is (:data:`jaxlab.core.step.STATE_FINITE`); it also serves
 ``jax.experimental.checkify.check`` in a checkified function.
@@ -31,13 +32,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jaxtyping import Array, Bool, Float, Int
 
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.checks import check_ids, ids_in_range
 from jaxlab.ot.partial import PartialOTOutput, partial_ot
-from jaxlab.ot.problem import is_traced
 
 __all__ = [
     "Knobs",
@@ -46,7 +45,6 @@ __all__ = [
     "capacity_share",
     "check_labels",
     "ground_cost",
-    "labels_in_range",
     "mass_schedule",
     "plan_weights",
     "warmpot_loss",
@@ -79,31 +77,10 @@ def mass_schedule(step, alpha, ramp_steps) -> Float[Array, ""]:
     return 0.01 + (alpha - 0.01) * frac
 
 
-def labels_in_range(y: Int[Array, " S"], num_classes: int) -> Bool[Array, ""]:
-    """Whether every label lies in ``[0, num_classes)`` (traceable: the flag to check under jit).
-
-    With :mod:`jax.experimental.checkify`: ``checkify.check(labels_in_range(y, C), "labels
-    outside [0, C)")`` inside a function wrapped by ``checkify.checkify``.
-    """
-    y = jnp.asarray(y)
-    return jnp.all((y >= 0) & (y < num_classes))
-
-
 def check_labels(y: Int[Array, " S"], num_classes: int, name: str = "y_s") -> None:
-    """A one-line ConfigError for concrete labels that are not integers in ``[0, num_classes)``;
-    nothing for traced ones (see the module docstring)."""
-    if is_traced(y):
-        return
-    y = np.asarray(y)
-    if y.dtype.kind not in "iu":
-        raise ConfigError(f"{name} must hold integer class labels, got dtype {y.dtype}")
-    bad = np.flatnonzero((y < 0) | (y >= num_classes))
-    if bad.size:
-        i = int(bad[0])
-        raise ConfigError(
-            f"{name}[{i}] = {int(y.ravel()[i])} is not one of the {num_classes} classes of the "
-            f"logits ({bad.size} labels outside [0, {num_classes})); fix the labels or the logits"
-        )
+    """A one-line ConfigError for concrete labels that are not integers in ``[0, num_classes)``
+    (:func:`jaxlab.core.checks.check_ids`; traced ones: see the module docstring)."""
+    check_ids(y, num_classes, name=name, table=f"the {num_classes} classes of the logits")
 
 
 def ground_cost(
@@ -169,7 +146,8 @@ class WarmpotTerms(NamedTuple):
       ce: the weighted cross-entropy ``Σ_i w_i CE_i / Σ_i w_i``.
       transport: ``η3 ⟨π, M⟩``.
       entropy: the mean prediction entropy of the target points (before its weight).
-      labels_in_range: every source label lies in ``[0, C)`` (:func:`labels_in_range`).
+      labels_in_range: every source label lies in ``[0, C)``
+        (:func:`jaxlab.core.checks.ids_in_range`).
     """
 
     weights: Float[Array, " S"]
@@ -241,7 +219,7 @@ def warmpot_loss(
     probs_t = jnp.exp(logp_t)
     ent = -jnp.mean(jnp.sum(probs_t * logp_t, axis=1))
     loss = ce + transport + entropy * ent
-    ok = labels_in_range(y_s, logits_s.shape[-1])
+    ok = ids_in_range(y_s, logits_s.shape[-1])
     return loss, WarmpotTerms(jax.lax.stop_gradient(w), out, ce, transport, ent, ok)
 
 

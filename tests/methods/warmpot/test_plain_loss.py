@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from jax.experimental import checkify
 
+from jaxlab.core.checks import ids_in_range
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.digits_da import DATask
 from jaxlab.methods.warmpot.config import WarmpotConfig
-from jaxlab.methods.warmpot.loss import ground_cost, labels_in_range, warmpot_loss
+from jaxlab.methods.warmpot.loss import ground_cost, warmpot_loss
 from jaxlab.methods.warmpot.train import train
 
 S, T, F, C = 9, 7, 3, 4
@@ -119,7 +120,10 @@ def test_concrete_labels_outside_the_classes_are_one_line_errors(bad):
         lambda: ground_cost(z_s, z_t, logp_t, y_s, 1.0, 0.5),
         lambda: warmpot_loss(z_s, logits_s, y_s, z_t, logits_t, epsilon=0.2, **NUMBERS),
     ):
-        with pytest.raises(ConfigError, match=rf"y_s\[2\] = {bad} is not one of the {C}") as err:
+        with pytest.raises(
+            ConfigError,
+            match=rf"y_s must lie in \[0, {C}\) \(the {C} classes of the logits\); got {bad} at",
+        ) as err:
             call()
         assert "\n" not in str(err.value)
 
@@ -136,7 +140,7 @@ def test_under_jit_the_flag_reports_labels_outside_the_classes():
     assert bool(flag(y_s).labels_in_range) and not bool(flag(bad).labels_in_range)
 
     def checked(y):  # the checkify form the module docstring offers
-        checkify.check(labels_in_range(y, C), "labels outside [0, C)")
+        checkify.check(ids_in_range(y, C), "labels outside [0, C)")
         return warmpot_loss(z_s, logits_s, y, z_t, logits_t, epsilon=0.2, **NUMBERS)[0]
 
     run = jax.jit(checkify.checkify(checked))
@@ -152,5 +156,8 @@ def test_training_refuses_a_task_with_a_label_outside_its_classes(backbone):
     ys = np.arange(12) % 3
     ys[5] = 3
     task = DATask(xs, ys, xt, np.zeros(8, int), num_classes=3, target_classes=(0, 1))
-    with pytest.raises(ConfigError, match=r"task.ys\[5\] = 3 is not one of the 3 classes"):
+    with pytest.raises(
+        ConfigError,
+        match=r"task.ys must lie in \[0, 3\) \(the 3 classes of the logits\); got 3 at \[5\]",
+    ):
         train(WarmpotConfig(steps=2, eval_every=1, batch_size=4, backbone=backbone), task)
