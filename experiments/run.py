@@ -7,6 +7,7 @@ with status 2; a run that cannot go on (non-finite loss, damaged checkpoint) exi
 Re-running the same command on the same ``--workdir`` (default ``runs/NAME``) resumes the run.
 JAX's persistent compilation cache is on (``JAXLAB_COMPILATION_CACHE=<dir>|off`` changes it; see
 :mod:`jaxlab.core.compile_cache`), so a second start of the same shapes skips most compilation.
+Every ``JAXLAB_*`` environment variable is checked first (:mod:`jaxlab.core.environment`).
 After a run, the experiment's ``headline`` (the numbers that answer its claim) is printed first.
 """
 
@@ -27,6 +28,7 @@ PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else N
 from jaxlab.core import experiment  # noqa: E402
 from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
+from jaxlab.core.environment import check_environment  # noqa: E402
 from jaxlab.core.errors import ConfigError, RunError, disk_full, is_disk_full  # noqa: E402
 
 
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         profile.mark("runner imports (jaxlab.core)")
 
     try:
+        check_environment()  # a bad JAXLAB_* value fails here, before anything starts
         if args.list:
             names = experiment.available(EXP_DIR)
             width = max(map(len, names), default=0)
