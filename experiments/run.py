@@ -107,11 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
-    except OSError as err:  # a full disk outside the checkpoints: metrics, plots, summaries
-        if not is_disk_full(err):
+    except OSError as err:  # a full disk outside the checkpoints, or a file a library could not use
+        if is_disk_full(err):
+            where = args.workdir or f"runs/{args.exp}"
+            print(f"error: {disk_full(where, 'writing the run')}", file=sys.stderr)
+            return 1
+        if err.filename is None:
             raise
-        where = args.workdir or f"runs/{args.exp}"
-        print(f"error: {disk_full(where, 'writing the run')}", file=sys.stderr)
+        print(
+            f"error: {err.filename}: {err.strerror or err}; fix or move it, then re-run the same "
+            "command",
+            file=sys.stderr,
+        )
         return 1
     print_headline(summary.get("headline"))
     shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}

@@ -14,6 +14,7 @@ import pytest
 from jaxlab.core import experiment
 from jaxlab.core.errors import RunError
 from jaxlab.core.metrics import read_metrics
+from jaxlab.testing.files import immutable
 from jaxlab.testing.processes import cpu_env, hold_workdir
 
 
@@ -150,6 +151,27 @@ def test_bad_input_exits_with_one_line(
     assert run_main([a.replace("{w}", str(tmp_path)) for a in argv]) == code
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.startswith("error:"), err
+
+
+def test_an_unwritable_metrics_file_on_resume_is_one_line_and_the_run_resumes_once_fixed(
+    run_main, capsys, tmp_path, finished
+):
+    _copy_finished(tmp_path, finished)
+    argv = [*SMOKE4, "--set", "train.steps=6", "--workdir", str(tmp_path)]
+    with immutable(tmp_path / "metrics.jsonl") as ok:
+        if not ok:
+            pytest.skip("needs chattr +i (root on a file system with the attribute)")
+        capsys.readouterr()
+        assert run_main(argv) == 1
+        err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: cannot write {tmp_path / 'metrics.jsonl'} (Operation not permitted); make it and "
+        "its directory writable (or move it away), then re-run the same command to resume"
+    )
+    assert not list(tmp_path.glob("*.tmp"))
+    assert run_main(argv) == 0
+    assert "resumed from step 4" in capsys.readouterr().out
+    assert read_metrics(tmp_path)[-1]["step"] == 6
 
 
 def test_list_keys(run_main, capsys):
