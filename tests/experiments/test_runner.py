@@ -112,6 +112,14 @@ BAD_INPUT = [
      "holds a run with a different config (config.data)"),
     ("absurd-steps", [*LM, "--set", "train.steps=1e12"], None, 2,
      "train.steps=1000000000000 is more than 1,000,000,000 steps"),
+    ("warmup-above-steps", [*SMOKE4, "--set", "train.warmup_steps=5", "--workdir", "{w}"], None,
+     2, "train.warmup_steps=5 is above train.steps=4: the run would end before its warmup; set "
+     "train.warmup_steps <= 4"),
+    ("steps-below-the-preset-warmup", [*LM, "--smoke", "--set", "train.steps=1", "--workdir",
+     "{w}"], None, 2, "train.warmup_steps=2 is above train.steps=1"),
+    ("sst-grid-below-warmup", ["--exp", "sst_mlp", "--smoke", "--set", "grid_steps=4",
+     "--workdir", "{w}"], None, 2,
+     "grid_steps=4 is below train.warmup_steps=5: the rate-grid runs would end before"),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
     # Each of these once failed only after some training had run (issue 31).
