@@ -120,6 +120,9 @@ BAD_INPUT = [
     ("sst-grid-below-warmup", ["--exp", "sst_mlp", "--smoke", "--set", "grid_steps=4",
      "--workdir", "{w}"], None, 2,
      "grid_steps=4 is below train.warmup_steps=5: the rate-grid runs would end before"),
+    ("float64-without-x64", [*LM, "--set", "model.dtype=float64"], None, 2,
+     'start the command with JAX_ENABLE_X64=1 (from your own code: '
+     'jax.config.update("jax_enable_x64", True) before building the config)'),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
     # Each of these once failed only after some training had run (issue 31).
@@ -276,6 +279,17 @@ def test_real_cli_exit_code_without_traceback(repo_root):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "train.learning_rate" in proc.stderr
+
+
+def test_the_float64_advice_works_from_the_command_line(repo_root):
+    # The message once said jax.enable_x64(True), which no command line can do.
+    command = [sys.executable, "experiments/run.py", *LM, "--smoke", "--list-keys", "--set",
+               "model.dtype=float64"]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=repo_root, env=cpu_env(1, JAX_ENABLE_X64="1"), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "model.dtype = 'float64'" in proc.stdout
 
 
 def test_every_preset_of_every_experiment_builds(repo_root):
