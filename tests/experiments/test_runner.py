@@ -123,6 +123,14 @@ BAD_INPUT = [
     ("float64-without-x64", [*LM, "--set", "model.dtype=float64"], None, 2,
      'start the command with JAX_ENABLE_X64=1 (from your own code: '
      'jax.config.update("jax_enable_x64", True) before building the config)'),
+    ("icl-width-over-heads", ["--exp", "icl_regression", "--set", "widths=(25,)"], None, 2,
+     "widths=(25,): 25 does not split into the 8 heads of mha8, btt8, mlr8; give widths that are "
+     "positive multiples of 8"),
+    ("icl-16-heads", ["--exp", "icl_regression", "--set", "models=mha16", "--set", "widths=24"],
+     None, 2, "widths=(24,): 24 does not split into the 16 heads of mha16"),
+    ("icl-ranks-of-another-width", ["--exp", "icl_regression", "--set", "widths=40"], None, 2,
+     "mlr_ranks=(3, 2, 1) sum to 6, but the 8 heads of mlr8 at widths[0]=40 are 5 wide; give "
+     "mlr_ranks that sum to 5"),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
     # Each of these once failed only after some training had run (issue 31).
