@@ -32,6 +32,7 @@ __all__ = [
     "AxisRules",
     "LocalBatch",
     "MeshConfig",
+    "batch_shards",
     "batch_sharding",
     "constrain",
     "global_batch",
@@ -159,6 +160,13 @@ def state_shardings(abstract_state: Any, mesh: Mesh, rules: AxisRules) -> Any:
 def batch_sharding(mesh: Mesh, rules: AxisRules, ndim: int = 2) -> NamedSharding:
     """Sharding of a batch array: leading axis over the batch mesh axes, the rest replicated."""
     return NamedSharding(mesh, rules.spec("batch", *([None] * (ndim - 1))))
+
+
+def batch_shards(mesh: Mesh, rules: AxisRules) -> int:
+    """Into how many parts the batch axis is split: the sizes of the mesh axes ``batch`` maps to."""
+    axes = batch_sharding(mesh, rules).spec[0] or ()
+    axes = (axes,) if isinstance(axes, str) else axes
+    return math.prod(mesh.shape[a] for a in axes if a in mesh.shape)
 
 
 def process_slice(global_batch_size: int) -> slice:
