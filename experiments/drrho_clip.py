@@ -39,6 +39,7 @@ import pathlib
 
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
+from jaxlab.core.mesh import AxisRules, batch_shards, make_mesh
 from jaxlab.core.metrics import MetricWriter, read_metrics, write_json
 from jaxlab.core.plots import bars_figure, curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
@@ -51,6 +52,7 @@ from jaxlab.methods.drrho_clip.pipeline import (
     arm_loss,
     arm_reference,
     check_recipe,
+    check_super_batches,
     evaluate,
     make_reference_pairs,
     make_splits,
@@ -78,8 +80,11 @@ class Config:
 
     def __post_init__(self) -> None:
         check_seeds(self.seeds)
-        check_recipe(self.data, self.train, self.reference_train, self.loss, self.methods)
-        check_recipe(self.data, self.train, self.weak_reference_train, self.loss, self.methods)
+        references = {
+            "reference_train": (self.reference_train, "reference_pairs"),
+            "weak_reference_train": (self.weak_reference_train, "weak_reference_pairs"),
+        }
+        check_recipe(self.data, self.train, self.loss, self.methods, references)
 
 
 def _train_cfg(steps: int, batch: int, lr: float, evals: int = 2, **kw) -> TrainConfig:
@@ -210,6 +215,8 @@ def _run(cfg: Config, arm: str, seed: int, workdir: pathlib.Path, cache: dict) -
 
 
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    # What the devices constrain, before the references train (the launcher checked the batches).
+    check_super_batches(cfg.train, cfg.loss, cfg.methods, batch_shards(make_mesh(), AxisRules()))
     arms = (*REFERENCES, *cfg.methods)
     cache: dict = {}
     per_seed = sweep(workdir, arms, cfg.seeds, lambda a, s: _run(cfg, a, s, workdir, cache))

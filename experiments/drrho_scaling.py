@@ -56,8 +56,10 @@ class Config:
     def __post_init__(self) -> None:
         check(len(self.sizes) >= 2 and min(self.sizes) > 1, "sizes: at least two sizes > 1")
         check_seeds(self.seeds)
+        check(len(set(self.sizes)) == len(self.sizes), f"sizes={list(self.sizes)} repeats a size")
         check_recipe(
-            self.data, self.train, self.reference_train, self.loss, ("clip", "drrho"),
+            self.data, self.train, self.loss, ("clip", "drrho"),
+            {"reference_train": (self.reference_train, "reference_pairs")},
             train_pairs=min(self.sizes),
         )  # fmt: skip
 

@@ -82,15 +82,33 @@ class Config:
         check(len(self.dims) >= 1 and min(self.dims) > 0, "dims: give at least one positive d")
         check(len(self.widths) >= 1, "need at least one width")
         check_seeds(self.seeds)
+        check(len(self.models) >= 1, f"models is empty; choose from {list(MODELS)}")
         for m in self.models:
             check(m in MODELS, f"unknown model {m!r}; choose from {list(MODELS)}")
+        # Every width splits into the heads of every model, before the MLR ranks are looked at:
+        # a width that 8 heads cannot share is the mistake, not the ranks fitted to another one.
+        for heads in sorted({MODELS[m][1] for m in self.models}, reverse=True):
+            bad = [w for w in self.widths if w <= 0 or w % heads]
+            names = ", ".join(m for m in self.models if MODELS[m][1] == heads)
+            check(
+                not bad,
+                f"widths={self.widths}: {bad[0] if bad else 0} does not split into the {heads} "
+                f"heads of {names}; give widths that are positive multiples of {heads}",
+            )
         base = self.widths[0]
-        check(
-            sum(self.mlr_ranks) * 8 == base,
-            f"mlr_ranks={self.mlr_ranks} must sum to widths[0] / 8 = {base / 8:g}",
-        )
-        for w in self.widths:
-            check(w % base == 0, f"width {w} must be a multiple of widths[0] = {base}")
+        if "mlr8" in self.models:  # MLR's per-head ranks add up to the 8-head MHA's head width
+            for w in self.widths:
+                check(
+                    w % base == 0,
+                    f"widths={self.widths}: {w} is not a multiple of widths[0]={base}, from which "
+                    "mlr8's ranks are scaled",
+                )
+            check(
+                sum(self.mlr_ranks) * 8 == base,
+                f"mlr_ranks={self.mlr_ranks} sum to {sum(self.mlr_ranks)}, but the 8 heads of "
+                f"mlr8 at widths[0]={base} are {base // 8} wide; give mlr_ranks that sum to "
+                f"{base // 8} (per head, level 0 first), or change widths",
+            )
         for d in self.dims:  # build every model config now, so a bad option fails here
             for w in self.widths:
                 for m in self.models:

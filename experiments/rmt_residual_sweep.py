@@ -18,6 +18,7 @@ import pathlib
 from flax import nnx
 
 from jaxlab.core.config import TrainConfig, check, to_dict
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
@@ -52,8 +53,18 @@ class Config:
 
     def __post_init__(self) -> None:
         check(len(self.d_keys) >= 2, "rmt_residual_sweep needs at least two d_keys")
+        check(len(set(self.d_keys)) == len(self.d_keys), f"d_keys={self.d_keys} repeats a value")
         check_seeds(self.seeds)
         check(self.z_loss >= 0, "z_loss must be >= 0")
+        for d_key in self.d_keys:  # every arm's model now, not after the first arms trained
+            try:
+                self.arm_model(d_key)
+            except ConfigError as err:
+                raise ConfigError(f"d_keys={self.d_keys}: at d_key={d_key}, {err}") from None
+
+    def arm_model(self, d_key: int) -> RMTConfig:
+        """The model of the arm with this ``d_key`` (its vocabulary fitted to the data)."""
+        return fit_vocab(dataclasses.replace(self.model, d_key=d_key), self.data)
 
 
 PRESETS = {
@@ -81,7 +92,7 @@ def get_config(preset: str = "default") -> Config:
 
 def _run(cfg: Config, d_key: int, seed: int) -> Run:
     """One Dk with one seed: its config and its training (see core.sweep)."""
-    model_cfg = fit_vocab(dataclasses.replace(cfg.model, d_key=d_key), cfg.data)
+    model_cfg = cfg.arm_model(d_key)
     train = dataclasses.replace(cfg.train, seed=seed)
     record = {**to_dict(model_cfg), "z_loss": cfg.z_loss}
     full = {"model": record, "train": to_dict(train), "data": cfg.data, "tokenizer": cfg.tokenizer}
@@ -107,7 +118,7 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     with MetricWriter(workdir, tensorboard=False) as writer:
         for i, (arm, d_key) in enumerate(arms.items()):
             losses = [r["eval_loss"] for r in swept[arm]]
-            model_cfg = fit_vocab(dataclasses.replace(cfg.model, d_key=d_key), cfg.data)
+            model_cfg = cfg.arm_model(d_key)
             params = count_params(nnx.eval_shape(lambda c=model_cfg: RMT(c, rngs=nnx.Rngs(0))))
             spread = mean_sd(losses)  # sample standard deviation over seeds (ddof = 1)
             row = {

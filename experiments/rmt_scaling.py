@@ -103,6 +103,9 @@ class Config:
         check(self.z_loss >= 0, f"z_loss must be >= 0, got {self.z_loss}")
         check_seeds(self.seeds)
         check(self.time_rounds >= 0, "time_rounds must be >= 0 (0 skips the timing)")
+        # Every pair now, not when the sweep reaches it; arms are named by width, so one each.
+        widths = [t.d_model for t, _ in self.pairs()]
+        check(len(set(widths)) == len(widths), f"widths={list(widths)} repeats a width")
 
     def recipe(self) -> dict:
         """The model fields both sides of a pair take alike."""

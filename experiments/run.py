@@ -7,6 +7,7 @@ with status 2; a run that cannot go on (non-finite loss, damaged checkpoint) exi
 Re-running the same command on the same ``--workdir`` (default ``runs/NAME``) resumes the run.
 JAX's persistent compilation cache is on (``JAXLAB_COMPILATION_CACHE=<dir>|off`` changes it; see
 :mod:`jaxlab.core.compile_cache`), so a second start of the same shapes skips most compilation.
+Every ``JAXLAB_*`` environment variable is checked first (:mod:`jaxlab.core.environment`).
 After a run, the experiment's ``headline`` (the numbers that answer its claim) is printed first.
 """
 
@@ -27,6 +28,7 @@ PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else N
 from jaxlab.core import experiment  # noqa: E402
 from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
+from jaxlab.core.environment import check_environment  # noqa: E402
 from jaxlab.core.errors import ConfigError, RunError, disk_full, is_disk_full  # noqa: E402
 
 
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         profile.mark("runner imports (jaxlab.core)")
 
     try:
+        check_environment()  # a bad JAXLAB_* value fails here, before anything starts
         if args.list:
             names = experiment.available(EXP_DIR)
             width = max(map(len, names), default=0)
@@ -104,11 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
-    except OSError as err:  # a full disk outside the checkpoints: metrics, plots, summaries
-        if not is_disk_full(err):
+    except OSError as err:  # a full disk outside the checkpoints, or a file a library could not use
+        if is_disk_full(err):
+            where = args.workdir or f"runs/{args.exp}"
+            print(f"error: {disk_full(where, 'writing the run')}", file=sys.stderr)
+            return 1
+        if err.filename is None:
             raise
-        where = args.workdir or f"runs/{args.exp}"
-        print(f"error: {disk_full(where, 'writing the run')}", file=sys.stderr)
+        print(
+            f"error: {err.filename}: {err.strerror or err}; fix or move it, then re-run the same "
+            "command",
+            file=sys.stderr,
+        )
         return 1
     print_headline(summary.get("headline"))
     shown = {k: v for k, v in summary.items() if isinstance(v, int | float | str | bool)}

@@ -68,6 +68,12 @@ class Config:
             0 <= self.grid_steps <= self.train.steps,
             f"grid_steps={self.grid_steps} must lie in [0, train.steps={self.train.steps}]",
         )
+        check(  # a grid run trains grid_steps steps with the same warmup
+            not self.grid_steps or self.grid_steps >= self.train.warmup_steps,
+            f"grid_steps={self.grid_steps} is below train.warmup_steps="
+            f"{self.train.warmup_steps}: the rate-grid runs would end before their warmup; set "
+            f"grid_steps >= {self.train.warmup_steps} (0: train.steps)",
+        )
 
 
 _TRAIN = dict(

@@ -89,9 +89,10 @@ class Config:
             self.max_source >= 1 and self.max_target >= 1,
             f"max_source and max_target must be >= 1, got {self.max_source}, {self.max_target}",
         )
-        bad = [a for a in self.grid_alphas if not 0 < a <= 1]
-        bad += [b for b in self.grid_betas if b <= 0]
-        check(not bad, f"grid_alphas must lie in (0, 1] and grid_betas be > 0; got {bad}")
+        # Every grid point is a WarmpotConfig's (alpha, beta), both in (0, 1]: checked here, not
+        # when the grid starts, after every method has trained.
+        bad = [v for v in (*self.grid_alphas, *self.grid_betas) if not 0 < v <= 1]
+        check(not bad, f"grid_alphas and grid_betas must lie in (0, 1]; got {bad}")
 
 
 PRESETS = {

@@ -27,7 +27,6 @@
 
 # %%
 # Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
-import os
 import subprocess
 import sys
 
@@ -35,7 +34,9 @@ EXTRAS = ""
 if "google.colab" in sys.modules:
     spec = f"jaxlab{EXTRAS} @ git+https://github.com/jaxlab/jaxlab"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
-SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size
+from jaxlab.core.environment import env_flag
+
+SMOKE = env_flag("JAXLAB_SMOKE")  # CI runs every notebook at tiny size (1/true/yes/on)
 
 # %%
 import pathlib

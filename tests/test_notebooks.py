@@ -9,6 +9,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.testing.processes import cpu_env
 from tests.conftest import REPO
 
@@ -44,7 +45,6 @@ def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch
 
 
 INSTALL_CELL = """# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
-import os
 import subprocess
 import sys
 
@@ -52,7 +52,9 @@ EXTRAS = {extras}
 if "google.colab" in sys.modules:
     spec = f"jaxlab{{EXTRAS}} @ git+https://github.com/jaxlab/jaxlab"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
-SMOKE = bool(os.environ.get("JAXLAB_SMOKE"))  # CI runs every notebook at tiny size"""
+from jaxlab.core.environment import env_flag
+
+SMOKE = env_flag("JAXLAB_SMOKE")  # CI runs every notebook at tiny size (1/true/yes/on)"""
 
 
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -64,3 +66,25 @@ def test_notebooks_share_one_install_cell_and_one_plot_style(source: pathlib.Pat
     # Figures come from jaxlab.core.plots (the experiments' style), never from pyplot directly.
     text = source.read_text()
     assert "pyplot" not in text and "Figure(" not in text, f"{source.name} draws its own figures"
+
+
+@pytest.mark.parametrize(
+    "value, smoke",
+    [("1", True), ("on", True), ("TRUE", True), ("0", False), ("off", False), ("no", False),
+     ("", False)],
+)  # fmt: skip
+def test_the_install_cell_reads_the_smoke_flag_as_a_boolean(value, smoke, monkeypatch):
+    # JAXLAB_SMOKE=0 once ran every notebook at smoke size: the flag was read as "set".
+    monkeypatch.setenv("JAXLAB_SMOKE", value)
+    scope: dict = {}
+    exec(INSTALL_CELL.format(extras='""'), scope)
+    assert scope["SMOKE"] is smoke
+
+
+def test_the_install_cell_refuses_a_smoke_flag_that_is_not_a_boolean(monkeypatch):
+    monkeypatch.setenv("JAXLAB_SMOKE", "2")
+    with pytest.raises(
+        ConfigError,
+        match=r"^JAXLAB_SMOKE='2' is not a boolean; use 1/true/yes/on or 0/false/no/off$",
+    ):
+        exec(INSTALL_CELL.format(extras='""'), {})

@@ -82,7 +82,8 @@ MAX_STEPS = 10**9  # no run here trains more steps; a larger count is a typo
 class TrainConfig:
     """Fields of the shared training loop (:func:`jaxlab.core.loop.run_training`).
 
-    The schedule is linear warmup to ``learning_rate`` then cosine decay to
+    The schedule is linear warmup to ``learning_rate`` over ``warmup_steps`` (at most ``steps``;
+    equal to it, the rate peaks at the last step) then cosine decay to
     ``learning_rate * min_lr_ratio`` at ``steps``; AdamW with decoupled weight decay applied only to
     parameters with two or more dimensions (norm scales, biases are not decayed), after global-norm
     clipping at ``grad_clip`` (0 disables it). A run extended on resume (``steps`` raised) keeps the
@@ -126,6 +127,12 @@ class TrainConfig:
             f"train.learning_rate must be positive and finite, got {self.learning_rate}",
         )
         check(self.warmup_steps >= 0, "train.warmup_steps must be >= 0")
+        # Equal is allowed: the rate then rises over the whole run and peaks at the last step.
+        check(
+            self.warmup_steps <= self.steps,
+            f"train.warmup_steps={self.warmup_steps} is above train.steps={self.steps}: the run "
+            f"would end before its warmup; set train.warmup_steps <= {self.steps}",
+        )
         check(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio must lie in [0, 1]")
         check(0 <= self.weight_decay < math.inf, "train.weight_decay must be >= 0 and finite")
         for name in ("b1", "b2"):

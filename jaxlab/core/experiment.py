@@ -10,9 +10,13 @@ An experiment is one module ``experiments/<name>.py`` (names starting with ``_``
 * ``run(cfg, workdir: pathlib.Path) -> dict``: does the work, writes ``metrics.jsonl``, plots into
   ``workdir`` and returns the summary, which :func:`launch` writes to ``summary.json``.
 
-Experiments are found by module name: there is no table to edit. ``launch`` checks the workdir,
-locks it for the run (a second run on the same workdir refuses in one line), writes ``config.json``
-and runs the experiment; re-running a command resumes it.
+Experiments are found by module name: there is no table to edit. ``launch`` builds the config
+(every check of its dataclasses runs then), checks each training batch against the devices
+(:func:`check_batches`), then the workdir, locks it for the run (a second run on the same workdir
+refuses in one line), writes ``config.json`` and runs the experiment; re-running a command resumes
+it. An experiment with sub-runs (references, arms, seeds) checks in its config every constraint
+they will meet, so that a config error never leaves a sub-run behind it: its checkpoints would make
+the corrected command a different run.
 
 A workdir *holds a run* when it has a checkpoint (its own or a sub-run's) or a finished
 ``summary.json`` (:func:`jaxlab.core.workdir.holds_run`). Such a workdir is refused when the new
@@ -40,6 +44,7 @@ the checkpoints hold or how batches are drawn, and a change means a different ru
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import importlib.util
 import json
@@ -50,13 +55,21 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from jaxlab.core.config import apply_overrides, config_diff, to_dict
+from jaxlab.core.config import TrainConfig, apply_overrides, config_diff, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
 from jaxlab.core.startup import StartupProfile
 from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
 
-__all__ = ["available", "claim", "launch", "load", "resolve_config", "select_preset"]
+__all__ = [
+    "available",
+    "check_batches",
+    "claim",
+    "launch",
+    "load",
+    "resolve_config",
+    "select_preset",
+]
 
 # Keys that may change between a run and its resumption without making it a different run (the
 # module docstring gives the reason for each).
@@ -182,6 +195,44 @@ def _check_not_inside_a_run(workdir: pathlib.Path) -> None:
             )
 
 
+def _train_configs(cfg: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every :class:`~jaxlab.core.config.TrainConfig` in a (nested) config, with its dotted key."""
+    found = []
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, TrainConfig):
+            found.append((f"{prefix}{field.name}", value))
+        elif dataclasses.is_dataclass(value):
+            found += _train_configs(value, f"{prefix}{field.name}.")
+    return found
+
+
+def check_batches(cfg: Any) -> None:
+    """Checks every ``TrainConfig`` batch of an experiment against the data-parallel devices.
+
+    The loop checks its own batch when a run starts; an experiment with sub-runs (references,
+    arms, seeds) would meet a batch that does not fit only when the run using it starts, after
+    the others have trained and left checkpoints that make the corrected command a different run.
+    So the launcher checks them all once the devices are known, before anything is written: on
+    the experiment's ``mesh`` (a :class:`~jaxlab.core.mesh.MeshConfig` field) or the loop's
+    default, all devices data-parallel.
+
+    Raises:
+      ConfigError: naming the key (``reference_train.batch_size``, say) and the multiple to use.
+    """
+    found = _train_configs(cfg) if dataclasses.is_dataclass(cfg) else []
+    if not found:
+        return
+    from jaxlab.core.loop import check_batch_fits  # deferred: they import JAX
+    from jaxlab.core.mesh import AxisRules, MeshConfig, batch_shards, make_mesh
+
+    mesh_cfg = getattr(cfg, "mesh", None)
+    mesh_cfg = mesh_cfg if isinstance(mesh_cfg, MeshConfig) else None
+    shards = batch_shards(make_mesh(mesh_cfg), AxisRules())
+    for key, train in found:
+        check_batch_fits(train, shards, key, mesh_keys=mesh_cfg is not None)
+
+
 def launch(
     exp_dir: str | pathlib.Path,
     name: str,
@@ -197,7 +248,8 @@ def launch(
     JAX's compilation events during the run.
 
     Raises:
-      ConfigError: a bad config or workdir (nothing is written).
+      ConfigError: a bad config, a batch that does not fit the devices (:func:`check_batches`) or
+        a bad workdir (nothing is written).
       RunError: another run holds the workdir, the workdir holds a run with another config, or
         the run cannot go on.
     """
@@ -208,11 +260,13 @@ def launch(
     if workdir is None:
         workdir = pathlib.Path("runs") / (f"{name}_smoke" if smoke else name)
     _check_not_inside_a_run(pathlib.Path(workdir))
-    workdir = prepare_workdir(workdir)
-    # Multi-process start-up first, so that each process locks its own file (by process index).
+    # Multi-process start-up first, so that each process locks its own file (by process index),
+    # and the devices are known for the last config check.
     from jaxlab.core.mesh import maybe_initialize_distributed  # deferred: it imports JAX
 
     maybe_initialize_distributed()
+    check_batches(cfg)
+    workdir = prepare_workdir(workdir)
     if profile is not None:
         profile.listen_to_jax()
         profile.mark("config, workdir, distributed set-up")

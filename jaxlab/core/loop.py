@@ -62,7 +62,7 @@ from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.mesh import (
     AxisRules,
     MeshConfig,
-    batch_sharding,
+    batch_shards,
     global_batch,
     make_mesh,
     maybe_initialize_distributed,
@@ -81,6 +81,7 @@ from jaxlab.core.workdir import prepare_workdir, workdir_lock
 
 __all__ = [
     "StateHook",
+    "check_batch_fits",
     "Task",
     "TrainState",
     "create_state",
@@ -123,6 +124,35 @@ def _diverged(what: str, step: int, last: int | None, cfg: TrainConfig) -> RunEr
         f"non-finite {what} at step {step}; {kept}. Re-run the same command with "
         f"--set train.learning_rate={cfg.learning_rate / 10:.3g} (train.warmup_steps and "
         f"train.grad_clip may change too): {resume}. If it recurs, check the data"
+    )
+
+
+def check_batch_fits(
+    cfg: TrainConfig, shards: int, key: str = "train", mesh_keys: bool = True
+) -> None:
+    """Checks that ``cfg``'s batch splits into its micro-batches over ``shards`` devices.
+
+    Args:
+      cfg: the loop's fields (``batch_size``, ``grad_accum_steps``).
+      shards: the data-parallel devices (:func:`jaxlab.core.mesh.batch_shards`).
+      key: where ``cfg`` sits in the experiment's config, for the message.
+      mesh_keys: whether the message may suggest ``mesh.data`` / ``mesh.fsdp`` (the experiment has
+        a ``mesh`` group).
+
+    Raises:
+      ConfigError: one line naming ``{key}.batch_size`` and the multiple to use.
+    """
+    k = cfg.grad_accum_steps
+    if not cfg.batch_size % (shards * k):
+        return
+    mesh = " or set mesh.data / mesh.fsdp" if mesh_keys else ""
+    raise ConfigError(
+        f"{key}.batch_size={cfg.batch_size} does not divide over the {shards} data-parallel "
+        f"devices; use a multiple of it{mesh}"
+        if k == 1
+        else f"{key}.batch_size={cfg.batch_size} does not split into {key}.grad_accum_steps={k} "
+        f"micro-batches that divide over the {shards} data-parallel devices; use a multiple of "
+        f"{k * shards}"
     )
 
 
@@ -201,19 +231,7 @@ def _run_training(
     # ------------------------------------------------------------------ setup
     is_main = jax.process_index() == 0
     say = print if verbose and is_main else (lambda *a, **k: None)
-    batch_shards = math.prod(
-        mesh.shape[a] for a in batch_sharding(mesh, rules).spec[0] or () if a in mesh.shape
-    )
-    k = cfg.grad_accum_steps
-    if cfg.batch_size % (batch_shards * k):
-        raise ConfigError(
-            f"train.batch_size={cfg.batch_size} does not divide over the {batch_shards} "
-            "data-parallel devices; use a multiple of it or set mesh.data / mesh.fsdp"
-            if k == 1
-            else f"train.batch_size={cfg.batch_size} does not split into "
-            f"train.grad_accum_steps={k} micro-batches that divide over the {batch_shards} "
-            f"data-parallel devices; use a multiple of {k * batch_shards}"
-        )
+    check_batch_fits(cfg, batch_shards(mesh, rules))
     units, unit = units_per_example(task)
     units_per_step = cfg.batch_size * units
     for hook in getattr(task, "state_hooks", tuple)():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,12 +25,14 @@ from flax.core import spmd as flax_spmd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxlab.core.config import check
+from jaxlab.core.environment import distributed_settings
 from jaxlab.core.errors import ConfigError
 
 __all__ = [
     "AxisRules",
     "LocalBatch",
     "MeshConfig",
+    "batch_shards",
     "batch_sharding",
     "constrain",
     "global_batch",
@@ -161,6 +162,13 @@ def batch_sharding(mesh: Mesh, rules: AxisRules, ndim: int = 2) -> NamedSharding
     return NamedSharding(mesh, rules.spec("batch", *([None] * (ndim - 1))))
 
 
+def batch_shards(mesh: Mesh, rules: AxisRules) -> int:
+    """Into how many parts the batch axis is split: the sizes of the mesh axes ``batch`` maps to."""
+    axes = batch_sharding(mesh, rules).spec[0] or ()
+    axes = (axes,) if isinstance(axes, str) else axes
+    return math.prod(mesh.shape[a] for a in axes if a in mesh.shape)
+
+
 def process_slice(global_batch_size: int) -> slice:
     """The rows of a global batch that this process feeds (contiguous, in process order)."""
     n = jax.process_count()
@@ -210,21 +218,22 @@ def maybe_initialize_distributed() -> bool:
     A run is multi-process when ``JAXLAB_NUM_PROCESSES`` > 1 (with ``JAXLAB_COORDINATOR`` as
     ``host:port`` and ``JAXLAB_PROCESS_ID``), or when ``JAXLAB_DISTRIBUTED=auto`` asks JAX to detect
     the cluster (TPU pods, SLURM). A bare machine never calls it: there it raises.
+
+    Raises:
+      ConfigError: a ``JAXLAB_*`` variable holds a bad value, or a multi-process run lacks one
+        (:func:`jaxlab.core.environment.distributed_settings`).
     """
     if jax.distributed.is_initialized():
         return True
-    if os.environ.get("JAXLAB_DISTRIBUTED") == "auto":
-        jax.distributed.initialize()
-        return True
-    num = int(os.environ.get("JAXLAB_NUM_PROCESSES", "1"))
-    if num <= 1:
+    settings = distributed_settings()
+    if settings is None:
         return False
-    try:
-        coordinator = os.environ["JAXLAB_COORDINATOR"]
-        process_id = int(os.environ["JAXLAB_PROCESS_ID"])
-    except KeyError as err:
-        raise ConfigError(f"multi-process run needs the environment variable {err}") from None
-    jax.distributed.initialize(
-        coordinator_address=coordinator, num_processes=num, process_id=process_id
-    )
+    if settings.auto:
+        jax.distributed.initialize()
+    else:
+        jax.distributed.initialize(
+            coordinator_address=settings.coordinator,
+            num_processes=settings.num_processes,
+            process_id=settings.process_id,
+        )
     return True

@@ -8,7 +8,10 @@ writer (no checkpoint step: a sweep's table, a benchmark's rows) rewrites its fi
 re-running or resuming the experiment recomputes (or re-reads) every row. A line cut short by a kill
 at the end of the file is dropped on reading; damage anywhere else is a one-line
 :class:`~jaxlab.core.errors.RunError` naming the file. ``write_json`` writes ``config.json`` /
-``summary.json`` atomically (write then rename), so a kill never leaves half a file behind.
+``summary.json`` atomically (write then rename), so a kill never leaves half a file behind
+(:func:`write_atomically`, which the metrics file and the plots use too). A file that cannot be
+written or read (no permission, a directory in its place) is a one-line
+:class:`~jaxlab.core.errors.RunError` naming it, and no temporary file is left behind.
 """
 
 from __future__ import annotations
@@ -19,14 +22,21 @@ import math
 import os
 import pathlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from jaxlab.core.errors import RunError
+from jaxlab.core.errors import RunError, cannot_write
 
-__all__ = ["MetricWriter", "read_metrics", "to_jsonable", "wandb_run_id", "write_json"]
+__all__ = [
+    "MetricWriter",
+    "read_metrics",
+    "to_jsonable",
+    "wandb_run_id",
+    "write_atomically",
+    "write_json",
+]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -45,14 +55,33 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Writes ``data`` as indented JSON to ``path`` atomically."""
+def write_atomically(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> None:
+    """Writes ``path`` through ``write(temporary_path)`` and a rename, so that a kill never leaves
+    half a file; if either fails, the temporary file is removed.
+
+    Raises:
+      RunError: the file cannot be written (:func:`~jaxlab.core.errors.cannot_write`: one line
+        naming it).
+    """
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # A per-process temporary name: the processes of a multi-host run may write the same file.
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # the error below names the file; a stray temporary file is the lesser problem
+        raise cannot_write(path, err) from None
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Writes ``data`` as indented JSON to ``path`` atomically (:func:`write_atomically`)."""
+    text = json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n"
+    write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -72,6 +101,11 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
         lines = path.read_text(encoding="utf-8").split("\n")
     except UnicodeDecodeError:
         raise RunError(f"{path} is damaged (not text); delete it and re-run") from None
+    except OSError as err:
+        raise RunError(
+            f"cannot read {path} ({err.strerror or err}); make it a readable file (or move it "
+            "away), then re-run the same command"
+        ) from None
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -133,10 +167,12 @@ class MetricWriter:
         kept = []
         if start_step is not None:
             kept = [row for row in read_metrics(self.workdir) if row["step"] <= start_step]
-        tmp = self.path.with_suffix(f".jsonl.{os.getpid()}.tmp")
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
-        os.replace(tmp, self.path)
-        self._file = open(self.path, "a")  # noqa: SIM115 - closed in close()
+        text = "".join(json.dumps(row) + "\n" for row in kept)
+        write_atomically(self.path, lambda tmp: tmp.write_text(text))
+        try:
+            self._file = open(self.path, "a")  # noqa: SIM115 - closed in close()
+        except OSError as err:
+            raise cannot_write(self.path, err) from None
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -160,8 +196,11 @@ class MetricWriter:
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Logs ``metrics`` (scalars) at ``step``; flushes so a kill loses nothing logged."""
         row = {"step": int(step), **{k: to_jsonable(v) for k, v in metrics.items()}}
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as err:
+            raise cannot_write(self.path, err) from None
         scalars = {k: v for k, v in row.items() if k != "step" and isinstance(v, int | float)}
         if self._tb is not None:
             for key, value in scalars.items():

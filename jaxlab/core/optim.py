@@ -16,6 +16,7 @@ import jax
 import optax
 
 from jaxlab.core.config import TrainConfig
+from jaxlab.core.errors import ConfigError
 
 __all__ = ["default_decay_mask", "make_optimizer", "make_schedule"]
 
@@ -28,8 +29,19 @@ def make_schedule(cfg: TrainConfig, length: int | None = None) -> optax.Schedule
       length: steps over which the schedule runs (default ``cfg.steps``); later steps stay at the
         final rate. The loop passes the length of the run that started a resumed run, so that
         raising ``train.steps`` extends a run without stretching its schedule.
+
+    Raises:
+      ConfigError: ``cfg.warmup_steps`` is above ``length`` (a warmup equal to it peaks at the
+        schedule's last step).
     """
     length = cfg.steps if length is None else length
+    if cfg.warmup_steps > length:
+        raise ConfigError(
+            f"train.warmup_steps={cfg.warmup_steps} is above the {length} steps of this run's "
+            "learning-rate schedule (a resumed run keeps the schedule length of the run that "
+            f"started it, whatever train.steps says); set train.warmup_steps <= {length}"
+        )
+    # optax's cosine part needs a step: a warmup as long as the schedule peaks at its last step.
     warmup = min(cfg.warmup_steps, length - 1)
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0,

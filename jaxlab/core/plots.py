@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from jaxlab.core.metrics import write_atomically
 from jaxlab.core.scaling import PowerLawFit, predict
 
 if TYPE_CHECKING:
@@ -46,11 +47,15 @@ def _figure(**kwargs) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> pathlib.Path:
-    """Writes ``fig`` as a PNG at ``path`` (creating parent folders) and returns the path."""
+    """Writes ``fig`` as a PNG at ``path`` (creating parent folders, atomically:
+    :func:`jaxlab.core.metrics.write_atomically`) and returns the path.
+
+    Raises:
+      RunError: the file cannot be written (one line naming it).
+    """
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=_DPI)
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=_DPI))
     return path
 
 

@@ -22,6 +22,7 @@ import os
 import pathlib
 from collections.abc import Iterator
 
+from jaxlab.core.environment import process_index_hint
 from jaxlab.core.errors import ConfigError, RunError
 
 __all__ = ["holds_run", "prepare_workdir", "workdir_lock"]
@@ -58,7 +59,7 @@ def _process_index() -> int:
 
     if jax.distributed.is_initialized():
         return jax.process_index()
-    return int(os.environ.get("JAXLAB_PROCESS_ID", "0"))
+    return process_index_hint()
 
 
 @contextlib.contextmanager

@@ -39,8 +39,8 @@ AttentionImplName = Literal[tuple(i.value for i in AttentionImpl)]  # type: igno
 NormName = Literal["layernorm", "rmsnorm"]
 PositionsName = Literal["learned", "alibi"]
 AlibiName = Literal["press", "geometric"]
-# float64 is for tests against float64 references (needs ``jax.enable_x64``); models that accept
-# it say so.
+# float64 is for tests against float64 references (needs 64-bit JAX: ``JAX_ENABLE_X64=1`` in the
+# environment, or ``jax.config.update("jax_enable_x64", True)``); models that accept it say so.
 DType = Literal["float32", "bfloat16", "float64"]
 
 # What every ``.paper(size)`` preset shares: the RMT paper's GPT-2 vocabulary and context (Table 2).
@@ -119,7 +119,9 @@ class LMConfig:
         check_choices(self, "model.")
         check(
             "float64" not in (self.dtype, self.param_dtype) or jax.config.jax_enable_x64,
-            "model.dtype/param_dtype=float64 needs 64-bit JAX: run under jax.enable_x64(True)",
+            "model.dtype/param_dtype=float64 needs 64-bit JAX, which is off: start the command "
+            'with JAX_ENABLE_X64=1 (from your own code: jax.config.update("jax_enable_x64", '
+            "True) before building the config)",
         )
         self.check_fields()
         self._check_linear()

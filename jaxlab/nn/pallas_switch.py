@@ -14,11 +14,9 @@ Pallas (it only interprets there).
 
 from __future__ import annotations
 
-import os
-
 import jax
 
-from jaxlab.core.errors import ConfigError
+from jaxlab.core.environment import PALLAS, env_switch
 
 __all__ = ["PALLAS_ENV", "PALLAS_VERIFIED_ON_HARDWARE", "pallas_ready"]
 
@@ -26,7 +24,7 @@ __all__ = ["PALLAS_ENV", "PALLAS_VERIFIED_ON_HARDWARE", "pallas_ready"]
 # a GPU/TPU; until then users opt in with JAXLAB_PALLAS=on, no code edit needed.
 PALLAS_VERIFIED_ON_HARDWARE = False
 # Environment variable that overrides the switch above: auto (follow it), on, off.
-PALLAS_ENV = "JAXLAB_PALLAS"
+PALLAS_ENV = PALLAS
 
 
 def pallas_ready(platform: str | None = None) -> bool:
@@ -34,17 +32,13 @@ def pallas_ready(platform: str | None = None) -> bool:
     ``jax.default_backend()``).
 
     Never on the CPU; on a GPU or TPU as :data:`PALLAS_ENV` (``JAXLAB_PALLAS``, read at each call)
-    says: ``on`` yes, ``off`` no, ``auto`` or unset as :data:`PALLAS_VERIFIED_ON_HARDWARE`.
+    says: ``on`` (or another boolean true) yes, ``off`` no, ``auto`` or unset as
+    :data:`PALLAS_VERIFIED_ON_HARDWARE`.
 
     Raises:
       ConfigError: ``JAXLAB_PALLAS`` holds anything else.
     """
-    setting = os.environ.get(PALLAS_ENV, "").strip().lower() or "auto"
-    if setting not in ("auto", "on", "off"):
-        raise ConfigError(
-            f"{PALLAS_ENV}={os.environ[PALLAS_ENV]!r} must be auto, on or off "
-            "(on: impl 'auto' picks the Pallas kernels on GPU/TPU)"
-        )
+    setting = env_switch(PALLAS_ENV)
     platform = jax.default_backend() if platform is None else platform
     if platform not in ("gpu", "cuda", "rocm", "tpu"):
         return False

@@ -13,7 +13,13 @@ from jaxlab.core.loop import run_training
 from jaxlab.testing.toy import ToyTask
 
 CFG = TrainConfig(
-    steps=4, batch_size=8, checkpoint_every=2, eval_every=4, log_every=2, tensorboard=False
+    steps=4,
+    batch_size=8,
+    warmup_steps=3,
+    checkpoint_every=2,
+    eval_every=4,
+    log_every=2,
+    tensorboard=False,
 )
 
 

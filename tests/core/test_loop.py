@@ -175,3 +175,31 @@ def test_steps_below_the_checkpoint_are_refused(reference, tmp_path):
     with pytest.raises(ConfigError, match=r"train.steps=6 is below step 8, which the run in"):
         run_training(ToyTask(), dataclasses.replace(CFG, steps=6), tmp_path, verbose=False)
     assert _losses(tmp_path) == _losses(reference[0])  # nothing was touched
+
+
+def test_a_warmup_longer_than_the_run_is_refused_when_the_config_is_built():
+    with pytest.raises(
+        ConfigError,
+        match=r"^train.warmup_steps=9 is above train.steps=8: the run would end before its "
+        r"warmup; set train.warmup_steps <= 8$",
+    ):
+        dataclasses.replace(CFG, warmup_steps=9)
+    # As long as the run is allowed: the rate rises over every step and peaks at the last one.
+    whole = make_schedule(dataclasses.replace(CFG, warmup_steps=8))
+    rates = [float(whole(step)) for step in range(8)]
+    assert rates == sorted(rates) and rates[-1] == pytest.approx(CFG.learning_rate)
+
+
+def test_a_warmup_beyond_the_schedule_of_a_resumed_run_is_refused(reference, tmp_path):
+    # Raising train.steps on resume keeps the 8-step schedule, so a 10-step warmup that the new
+    # 12 steps would allow cannot fit it.
+    shutil.copytree(reference[0], tmp_path, dirs_exist_ok=True)
+    longer = dataclasses.replace(CFG, steps=12, warmup_steps=10)
+    with pytest.raises(ConfigError) as err:
+        run_training(ToyTask(), longer, tmp_path, verbose=False)
+    assert str(err.value) == (
+        "train.warmup_steps=10 is above the 8 steps of this run's learning-rate schedule (a "
+        "resumed run keeps the schedule length of the run that started it, whatever train.steps "
+        "says); set train.warmup_steps <= 8"
+    )
+    assert _losses(tmp_path) == _losses(reference[0])  # nothing was touched

@@ -8,6 +8,8 @@ import pytest
 
 from jaxlab.core.errors import RunError
 from jaxlab.core.metrics import MetricWriter, read_metrics, to_jsonable, wandb_run_id, write_json
+from jaxlab.core.plots import curves_figure, save_figure
+from jaxlab.testing.files import immutable
 
 
 def test_jsonl_and_tensorboard_round_trip(tmp_path):
@@ -117,3 +119,51 @@ def test_wandb_run_id_is_stable_across_processes(tmp_path):
     assert ids == {wandb_run_id(tmp_path / "my run")}
     assert wandb_run_id(tmp_path / "other") != wandb_run_id(tmp_path / "my run")
     assert ids.pop().startswith("my_run-")
+
+
+# Each file a run writes, written once more when its target cannot be replaced.
+REWRITES = {
+    "config.json": lambda wd: write_json(wd / "config.json", {"a": 2}),
+    "summary.json": lambda wd: write_json(wd / "summary.json", {"a": 2}),
+    "metrics.jsonl": lambda wd: MetricWriter(wd, start_step=1, tensorboard=False),
+    "plot.png": lambda wd: save_figure(
+        curves_figure({"a": ([0, 1], [1, 2])}, xlabel="x", ylabel="y"), wd / "plot.png"
+    ),
+}
+
+
+def _first_version(workdir, name):
+    if name == "metrics.jsonl":
+        with MetricWriter(workdir, tensorboard=False) as writer:
+            writer.write(1, {"loss": 1.0})
+    else:
+        (workdir / name).write_text('{"a": 1}\n')
+
+
+@pytest.mark.parametrize("name", REWRITES)
+def test_a_file_that_cannot_be_replaced_is_one_line_and_leaves_no_temporary_file(tmp_path, name):
+    _first_version(tmp_path, name)
+    before = (tmp_path / name).read_bytes()
+    with immutable(tmp_path / name) as ok:
+        if not ok:
+            pytest.skip("needs chattr +i (root on a file system with the attribute)")
+        with pytest.raises(RunError) as err:
+            REWRITES[name](tmp_path)
+        leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp"))
+    assert str(err.value) == (
+        f"cannot write {tmp_path / name} (Operation not permitted); make it and its directory "
+        "writable (or move it away), then re-run the same command to resume"
+    )
+    assert leftovers == []
+    assert (tmp_path / name).read_bytes() == before  # untouched
+
+
+@pytest.mark.parametrize("name", REWRITES)
+def test_a_directory_in_place_of_a_file_is_one_line(tmp_path, name):
+    (tmp_path / name).mkdir()  # no user, root included, can rename a file over a directory
+    with pytest.raises(RunError) as err:
+        REWRITES[name](tmp_path)
+    doing = "read" if name == "metrics.jsonl" else "write"  # a resume reads the rows first
+    assert str(err.value).startswith(f"cannot {doing} {tmp_path / name} (Is a directory); ")
+    assert "\n" not in str(err.value)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -14,6 +14,8 @@ import pytest
 from jaxlab.core import experiment
 from jaxlab.core.errors import RunError
 from jaxlab.core.metrics import read_metrics
+from jaxlab.core.workdir import holds_run
+from jaxlab.testing.files import immutable
 from jaxlab.testing.processes import cpu_env, hold_workdir
 
 
@@ -111,6 +113,25 @@ BAD_INPUT = [
      "holds a run with a different config (config.data)"),
     ("absurd-steps", [*LM, "--set", "train.steps=1e12"], None, 2,
      "train.steps=1000000000000 is more than 1,000,000,000 steps"),
+    ("warmup-above-steps", [*SMOKE4, "--set", "train.warmup_steps=5", "--workdir", "{w}"], None,
+     2, "train.warmup_steps=5 is above train.steps=4: the run would end before its warmup; set "
+     "train.warmup_steps <= 4"),
+    ("steps-below-the-preset-warmup", [*LM, "--smoke", "--set", "train.steps=1", "--workdir",
+     "{w}"], None, 2, "train.warmup_steps=2 is above train.steps=1"),
+    ("sst-grid-below-warmup", ["--exp", "sst_mlp", "--smoke", "--set", "grid_steps=4",
+     "--workdir", "{w}"], None, 2,
+     "grid_steps=4 is below train.warmup_steps=5: the rate-grid runs would end before"),
+    ("float64-without-x64", [*LM, "--set", "model.dtype=float64"], None, 2,
+     'start the command with JAX_ENABLE_X64=1 (from your own code: '
+     'jax.config.update("jax_enable_x64", True) before building the config)'),
+    ("icl-width-over-heads", ["--exp", "icl_regression", "--set", "widths=(25,)"], None, 2,
+     "widths=(25,): 25 does not split into the 8 heads of mha8, btt8, mlr8; give widths that are "
+     "positive multiples of 8"),
+    ("icl-16-heads", ["--exp", "icl_regression", "--set", "models=mha16", "--set", "widths=24"],
+     None, 2, "widths=(24,): 24 does not split into the 16 heads of mha16"),
+    ("icl-ranks-of-another-width", ["--exp", "icl_regression", "--set", "widths=40"], None, 2,
+     "mlr_ranks=(3, 2, 1) sum to 6, but the 8 heads of mlr8 at widths[0]=40 are 5 wide; give "
+     "mlr_ranks that sum to 5"),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
     # Each of these once failed only after some training had run (issue 31).
@@ -124,7 +145,20 @@ BAD_INPUT = [
      "holds a negative seed"),
     ("empty-models", ["--exp", "mlr_lm", "--set", "models="], None, 2, "models is empty"),
     ("grid-alpha-above-1", ["--exp", "warmpot_digits", "--set", "grid_alphas=0.5,1.5"], None, 2,
-     "grid_alphas must lie in (0, 1]"),
+     "grid_alphas and grid_betas must lie in (0, 1]; got [1.5]"),
+    # Each of these once failed only after other arms of its sweep had trained (or trained the
+    # same arm twice): smoke presets, so that the old code fails within seconds.
+    ("grid-beta-above-1", ["--exp", "warmpot_digits", "--smoke", "--set", "grid_betas=2",
+     "--workdir", "{w}"], None, 2, "grid_alphas and grid_betas must lie in (0, 1]; got [2.0]"),
+    ("rmt-d-key-0", ["--exp", "rmt_residual_sweep", "--smoke", "--set", "d_keys=8,0",
+     "--workdir", "{w}"], None, 2, "d_keys=(8, 0): at d_key=0, model.d_key must be positive"),
+    ("rmt-d-key-twice", ["--exp", "rmt_residual_sweep", "--smoke", "--set", "d_keys=8,8",
+     "--workdir", "{w}"], None, 2, "d_keys=(8, 8) repeats a value"),
+    ("rmt-width-twice", ["--exp", "rmt_scaling", "--smoke", "--set", "widths=32,32", "--set",
+     "layers=1,2", "--set", "time_rounds=0", "--workdir", "{w}"], None, 2,
+     "widths=[32, 32] repeats a width"),
+    ("drrho-size-twice", ["--exp", "drrho_scaling", "--smoke", "--set", "sizes=64,64",
+     "--workdir", "{w}"], None, 2, "sizes=[64, 64] repeats a size"),
     ("max-source-0", ["--exp", "warmpot_digits", "--set", "max_source=0"], None, 2,
      "max_source and max_target must be >= 1"),
     ("warmpot-hidden-0", ["--exp", "warmpot_digits", "--set", "train.hidden=0"], None, 2,
@@ -152,6 +186,61 @@ def test_bad_input_exits_with_one_line(
     assert message in err and len(err.splitlines()) == 1 and err.startswith("error:"), err
 
 
+def test_an_unwritable_metrics_file_on_resume_is_one_line_and_the_run_resumes_once_fixed(
+    run_main, capsys, tmp_path, finished
+):
+    _copy_finished(tmp_path, finished)
+    argv = [*SMOKE4, "--set", "train.steps=6", "--workdir", str(tmp_path)]
+    with immutable(tmp_path / "metrics.jsonl") as ok:
+        if not ok:
+            pytest.skip("needs chattr +i (root on a file system with the attribute)")
+        capsys.readouterr()
+        assert run_main(argv) == 1
+        err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: cannot write {tmp_path / 'metrics.jsonl'} (Operation not permitted); make it and "
+        "its directory writable (or move it away), then re-run the same command to resume"
+    )
+    assert not list(tmp_path.glob("*.tmp"))
+    assert run_main(argv) == 0
+    assert "resumed from step 4" in capsys.readouterr().out
+    assert read_metrics(tmp_path)[-1]["step"] == 6
+
+
+# drrho_clip --smoke: each of these once failed only after the references had trained, leaving
+# checkpoints that made the corrected command "a run with a different config" in that workdir.
+DRRHO_LATE = [
+    ("batch-of-one", ["train.batch_size=1"],
+     "train.batch_size=1: a contrastive batch needs at least 2 pairs"),
+    ("jest-chunks", ["train.batch_size=5"],
+     "train.batch_size=5: the jest arm keeps 5 pairs per step and samples them in 2 chunks "
+     "(loss.jest_chunks=2), which must divide them; use a multiple of 2 for train.batch_size or "
+     "change loss.jest_chunks"),
+    ("batch-over-devices", ["train.batch_size=12"],
+     "train.batch_size=12 does not divide over the 8 data-parallel devices; use a multiple of it"),
+    ("reference-batch-over-devices", ["reference_train.batch_size=12"],
+     "reference_train.batch_size=12 does not divide over the 8 data-parallel devices"),
+    ("jest-draw-over-devices", ["loss.jest_keep=0.3", "train.batch_size=16"],
+     "train.batch_size=16: the jest arm draws 53 pairs per step (keeping 0.3 of them), which do "
+     "not divide over the 8 data-parallel devices"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sets, message", [c[1:] for c in DRRHO_LATE], ids=[c[0] for c in DRRHO_LATE]
+)
+def test_a_drrho_config_error_comes_before_any_sub_run(run_main, capsys, tmp_path, sets, message):
+    workdir = tmp_path / "run"
+    argv = ["--exp", "drrho_clip", "--smoke", "--workdir", str(workdir)]
+    capsys.readouterr()
+    assert run_main([*argv, *(a for kv in sets for a in ("--set", kv))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {message}") and len(err.splitlines()) == 1, err
+    # Nothing trained: at most the config record, so the corrected command runs in place.
+    assert not holds_run(workdir)
+    assert not workdir.exists() or {p.name for p in workdir.iterdir()} <= {"config.json", ".lock-0"}
+
+
 def test_list_keys(run_main, capsys):
     assert run_main(["--exp", "lm_baseline", "--smoke", "--list-keys"]) == 0
     out = capsys.readouterr().out
@@ -162,12 +251,19 @@ def test_late_config_error_does_not_poison_the_default_workdir(
     run_main, capsys, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)  # the default workdir runs/lm_baseline_smoke lands here
+    workdir = tmp_path / "runs" / "lm_baseline_smoke"
+    # A batch that does not fit the devices is found before anything is written ...
     assert run_main([*SMOKE4, "--set", "train.batch_size=6"]) == 2
     assert "does not divide over the 8" in capsys.readouterr().err
-    assert (tmp_path / "runs" / "lm_baseline_smoke" / "config.json").exists()
+    assert not workdir.exists()
+    # ... a vocabulary below the data's only once the data is read, after config.json.
+    assert run_main([*SMOKE4, "--set", "model.vocab_size=200"]) == 2
+    assert "smaller than the data's" in capsys.readouterr().err
+    assert (workdir / "config.json").exists() and not holds_run(workdir)
     assert run_main([*SMOKE4, "--set", "train.batch_size=8"]) == 0
-    record = json.loads((tmp_path / "runs" / "lm_baseline_smoke" / "config.json").read_text())
+    record = json.loads((workdir / "config.json").read_text())
     assert record["config"]["train"]["batch_size"] == 8
+    assert record["config"]["model"]["vocab_size"] == 256
 
 
 def test_a_second_run_on_a_held_workdir_refuses_in_one_line(run_main, capsys, tmp_path, repo_root):
@@ -246,6 +342,17 @@ def test_real_cli_exit_code_without_traceback(repo_root):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "train.learning_rate" in proc.stderr
+
+
+def test_the_float64_advice_works_from_the_command_line(repo_root):
+    # The message once said jax.enable_x64(True), which no command line can do.
+    command = [sys.executable, "experiments/run.py", *LM, "--smoke", "--list-keys", "--set",
+               "model.dtype=float64"]  # fmt: skip
+    proc = subprocess.run(
+        command, cwd=repo_root, env=cpu_env(1, JAX_ENABLE_X64="1"), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "model.dtype = 'float64'" in proc.stdout
 
 
 def test_every_preset_of_every_experiment_builds(repo_root):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Mapping
 from typing import get_args
 
 import jax.numpy as jnp
@@ -35,6 +36,7 @@ from jaxlab.methods.drrho_clip.task import (
     LossConfig,
     Objective,
     embed_pairs,
+    jest_sizes,
     restore_model,
 )
 
@@ -45,6 +47,7 @@ __all__ = [
     "arm_loss",
     "arm_reference",
     "check_recipe",
+    "check_super_batches",
     "evaluate",
     "make_reference_pairs",
     "make_splits",
@@ -99,44 +102,98 @@ class DataConfig:
 def check_recipe(
     data: DataConfig,
     train_cfg: TrainConfig,
-    reference_train: TrainConfig,
     loss: LossConfig,
     methods: tuple[str, ...],
+    references: Mapping[str, tuple[TrainConfig, str]],
     train_pairs: int | None = None,
 ) -> None:
-    """Checks an experiment's recipe before anything trains (one-line ConfigErrors).
+    """Checks an experiment's recipe when its config is built, before anything trains.
 
-    Every method must be a known arm (:data:`ARMS`), and each batch must fit its split: a
-    target's batch (JEST's super-batch ``batch / jest_keep``) in the ``train_pairs`` noisy pairs
-    (default ``data.train_pairs``), the references' in their pairs, and all in the test pairs that
-    supply the eval batches.
+    Every constraint a target or a reference will meet is checked here, so that a bad value fails
+    before the references have trained (their checkpoints would make the corrected command a
+    different run in the same workdir). Every method must be a known arm (:data:`ARMS`); every
+    batch holds at least 2 pairs (a pair's negatives are the others of its batch) and fits its
+    split: a target's (JEST's super-batch ``batch / jest_keep``) in the ``train_pairs`` noisy pairs
+    (default ``data.train_pairs``), each reference's in its own pairs, and all in the test pairs
+    that supply the eval batches; and each JEST arm's kept pairs split into its chunks.
+
+    Args:
+      data, train_cfg, loss, methods: the experiment's fields (``train``: every target's recipe).
+      references: each reference's recipe by its config key, with the ``data`` field holding its
+        pairs, e.g. ``{"reference_train": (cfg.reference_train, "reference_pairs")}``.
+      train_pairs: the noisy pairs of the smallest training set, when it is not the default.
+
+    Raises:
+      ConfigError: one line naming the key and what to change.
     """
     check(len(methods) >= 1, "methods is empty; give at least one of " + ", ".join(ARMS))
     for m in methods:
         check(m in ARMS, f"methods: {m!r} is not one of {', '.join(ARMS)}")
     check(len(set(methods)) == len(methods), f"methods={list(methods)} repeats a method")
+    recipes = {"train": (train_cfg, None), **references}
+    for key, (recipe, _) in recipes.items():
+        check(
+            recipe.batch_size >= 2,
+            f"{key}.batch_size={recipe.batch_size}: a contrastive batch needs at least 2 pairs "
+            "(each pair's negatives are the other pairs of its batch); give 2 or more",
+        )
+    b = train_cfg.batch_size
+    for m in methods:
+        arm = arm_loss(loss, m)
+        if arm.objective != "jest":
+            continue
+        kept, chunks = jest_sizes(b, arm.jest_keep)[1], arm.jest_chunks
+        own = f"loss.jest_chunks={chunks}" if m == "jest" else "the arm's own setting"
+        check(
+            kept >= chunks and kept % chunks == 0,
+            f"train.batch_size={b}: the {m} arm keeps {kept} pairs per step and samples them in "
+            f"{chunks} chunks ({own}), which must divide them; use a multiple of {chunks} for "
+            "train.batch_size" + (" or change loss.jest_chunks" if m == "jest" else ""),
+        )
     pairs = data.train_pairs if train_pairs is None else train_pairs
     keeps = [arm_loss(loss, m).jest_keep for m in methods if arm_loss(loss, m).objective == "jest"]
-    batch = round(train_cfg.batch_size / min(keeps, default=1.0))
+    batch = jest_sizes(b, min(keeps))[0] if keeps else b
     check(
         batch <= pairs,
-        f"train.batch_size={train_cfg.batch_size} needs {batch} of the {pairs} training pairs per "
-        "step; lower train.batch_size",
+        f"train.batch_size={b} needs {batch} of the {pairs} training pairs per step; lower "
+        "train.batch_size",
     )
-    check(
-        reference_train.batch_size <= min(data.reference_pairs, data.weak_reference_pairs),
-        f"reference_train.batch_size={reference_train.batch_size} is above "
-        f"data.reference_pairs={data.reference_pairs} or "
-        f"data.weak_reference_pairs={data.weak_reference_pairs}; lower it",
-    )
-    for name, b in (
-        ("train", train_cfg.batch_size),
-        ("reference_train", reference_train.batch_size),
-    ):
+    for key, (recipe, split) in references.items():
         check(
-            b <= data.test_pairs,
-            f"{name}.batch_size={b} is above data.test_pairs={data.test_pairs}, which supply the "
-            "eval batches; lower it",
+            recipe.batch_size <= getattr(data, split),
+            f"{key}.batch_size={recipe.batch_size} is above data.{split}="
+            f"{getattr(data, split)}; lower it",
+        )
+    for key, (recipe, _) in recipes.items():
+        check(
+            recipe.batch_size <= data.test_pairs,
+            f"{key}.batch_size={recipe.batch_size} is above data.test_pairs={data.test_pairs}, "
+            "which supply the eval batches; lower it",
+        )
+
+
+def check_super_batches(
+    train_cfg: TrainConfig, loss: LossConfig, methods: tuple[str, ...], shards: int
+) -> None:
+    """Checks that each JEST arm's super-batch divides over ``shards`` data-parallel devices.
+
+    The launcher checks ``train.batch_size`` against the devices
+    (:func:`jaxlab.core.experiment.check_batches`); a JEST step draws ``batch / jest_keep`` pairs,
+    which an experiment checks with this before its first run starts.
+
+    Raises:
+      ConfigError: naming ``train.batch_size`` and ``loss.jest_keep``.
+    """
+    for m in methods:
+        arm = arm_loss(loss, m)
+        if arm.objective != "jest":
+            continue
+        drawn = jest_sizes(train_cfg.batch_size, arm.jest_keep)[0]
+        check(
+            drawn % shards == 0,
+            f"train.batch_size={train_cfg.batch_size}: the {m} arm draws {drawn} pairs per step "
+            f"(keeping {arm.jest_keep:g} of them), which do not divide over the {shards} "
+            "data-parallel devices; change train.batch_size or loss.jest_keep",
         )
 
 

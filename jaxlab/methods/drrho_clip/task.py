@@ -63,7 +63,14 @@ from jaxlab.methods.drrho_clip import jest as J
 from jaxlab.methods.drrho_clip import losses as L
 from jaxlab.methods.drrho_clip.model import CLIPConfig, CLIPModel
 
-__all__ = ["CLIPTask", "LossConfig", "embed_pairs", "noisy_gradient_share", "restore_model"]
+__all__ = [
+    "CLIPTask",
+    "LossConfig",
+    "embed_pairs",
+    "jest_sizes",
+    "noisy_gradient_share",
+    "restore_model",
+]
 
 Objective = Literal["clip", "gcl", "drrho", "kd", "drrho_kd", "jest"]
 NEEDS_REFERENCE = ("drrho", "kd", "drrho_kd", "jest")
@@ -111,6 +118,18 @@ class LossConfig:
             self.reference_mode in ("cached", "online"),
             "loss.reference_mode must be 'cached' or 'online'",
         )
+
+
+def _kept(super_batch: int, keep: float) -> int:
+    return round(super_batch * keep)
+
+
+def jest_sizes(batch_size: int, keep: float) -> tuple[int, int]:
+    """``(super_batch, kept)``: the pairs a JEST step draws for a ``batch_size`` recipe
+    (``batch_size / keep``, rounded) and the pairs it keeps and trains on (``keep`` of them,
+    rounded: ``batch_size`` but for rounding)."""
+    super_batch = round(batch_size / keep)
+    return super_batch, _kept(super_batch, keep)
 
 
 def _data_devices() -> int:
@@ -275,7 +294,7 @@ class CLIPTask:
     def _jest_select(self, model, batch, key, task_state):
         """The sub-batch JEST keeps from the super-batch ``batch`` (:mod:`.jest`)."""
         c = self.loss_cfg
-        n_keep = round(batch["index"].shape[0] * c.jest_keep)
+        n_keep = _kept(batch["index"].shape[0], c.jest_keep)
         img, txt = model(batch["image"], batch["tokens"])
         ref_img, ref_txt = self._reference_embeddings(batch, task_state)
         key = jax.random.fold_in(key, 1) if c.jest_sampling == "softmax" else None
@@ -307,7 +326,7 @@ class CLIPTask:
 
     def train_iterator(self, batch_size: int, seed: int):
         if self.loss_cfg.objective == "jest":  # a super-batch; the loss keeps batch_size rows
-            batch_size = round(batch_size / self.loss_cfg.jest_keep)
+            batch_size = jest_sizes(batch_size, self.loss_cfg.jest_keep)[0]
         return iter(self._dataset(self.train, batch_size, seed, shuffle=True))
 
     def eval_batches(self, batch_size: int, num_batches: int) -> list[dict[str, np.ndarray]]:

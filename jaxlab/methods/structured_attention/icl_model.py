@@ -74,24 +74,27 @@ class ICLConfig:
     position_std: float = 1.0
 
     def __post_init__(self) -> None:
-        check_choices(self, "model.")
+        # Messages name the fields themselves: the ICL experiments pass several of them through
+        # under the same names (mlr_ranks, qk_norm, logit_scale, num_layers) and check the others
+        # (their widths and heads) in their own terms first.
+        check_choices(self)
         for name in ("dim", "n_points", "d_model", "num_layers", "num_heads", "position_std"):
-            check(getattr(self, name) > 0, f"model.{name} must be positive")
+            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         check(
             self.d_model % self.num_heads == 0,
-            f"model.num_heads={self.num_heads} must divide model.d_model={self.d_model}",
+            f"num_heads={self.num_heads} must divide d_model={self.d_model}",
         )
         if self.scoring == "mlr":
             blocks = 2 ** (len(self.mlr_ranks) - 1)
             check(
                 self.mlr_ranks and min(self.mlr_ranks) > 0 and self.d_model % blocks == 0,
-                f"model.mlr_ranks={self.mlr_ranks}: positive ranks whose {blocks} blocks divide "
-                f"model.d_model={self.d_model}",
+                f"mlr_ranks={self.mlr_ranks}: positive ranks whose {blocks} blocks divide "
+                f"d_model={self.d_model}",
             )
             widths = [r * 2**lv for lv, r in enumerate(self.mlr_ranks)]
             check(
                 not self.qk_norm or min(widths) >= MIN_LEVEL_WIDTH,
-                f"model.mlr_ranks={self.mlr_ranks} with qk_norm: a level's LayerNorm sees "
+                f"mlr_ranks={self.mlr_ranks} with qk_norm: a level's LayerNorm sees "
                 f"r_l 2^l = {min(widths)} number(s) per head (constant or a sign); give every "
                 f"level at least {MIN_LEVEL_WIDTH} (e.g. 3|2|1 per head at D = 48, 8 heads)",
             )

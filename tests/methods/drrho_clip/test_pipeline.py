@@ -48,10 +48,11 @@ def test_arms_map_to_their_objective_variant_and_reference():
     )  # fmt: skip
     assert arm_loss(base, "drrho_weak").objective == arm_loss(base, "drrho").objective == "drrho"
     assert arm_reference("drrho_weak") == "weak" and arm_reference("drrho") == "strong"
-    recipe = TrainConfig(steps=1, batch_size=16)
+    recipe = TrainConfig(steps=1, batch_size=16, warmup_steps=0)
+    refs = {"reference_train": (recipe, "reference_pairs")}
     with pytest.raises(ConfigError, match="needs 80 of the 64"):  # JEST's 20%: 5× the batch
-        check_recipe(SMALL, recipe, recipe, base, ("clip", "jest"))
-    check_recipe(SMALL, recipe, recipe, base, ("clip", "jest_sigmoid"))  # 50%: 32 pairs fit
+        check_recipe(SMALL, recipe, base, ("clip", "jest"), refs)
+    check_recipe(SMALL, recipe, base, ("clip", "jest_sigmoid"), refs)  # 50%: 32 pairs fit
 
 
 def test_run_shares_give_the_noisy_share_of_all_gated_anchors():

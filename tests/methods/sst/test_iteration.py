@@ -63,8 +63,8 @@ def test_the_loop_redraws_after_every_t3_steps(tmp_path):
 
     task.state_hooks = lambda: (StateHook(hook.every, recorded, hook.name),)
     train = TrainConfig(
-        steps=10, batch_size=8, log_every=5, eval_every=10, checkpoint_every=10, eval_batches=1,
-        tensorboard=False,
+        steps=10, batch_size=8, warmup_steps=9, log_every=5, eval_every=10, checkpoint_every=10,
+        eval_batches=1, tensorboard=False,
     )  # fmt: skip
     run_training(task, train, tmp_path, verbose=False)
     assert seen == [3, 6, 9]
