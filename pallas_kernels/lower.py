@@ -113,9 +113,10 @@ def fwd_and_bwd(
 # ------------------------------------------------------------------------------ flash attention
 
 # The block settings that ship, per platform: the kernel defaults, which every jaxlab model uses
-# (dot_product_attention passes no block_sizes). A model that picks its own adds a line here.
-FLASH_BLOCKS: dict[Platform, dict[str, FlashBlockSizes]] = {
-    "cuda": {"gpu-default": FlashBlockSizes.for_backend("gpu")},
+# (dot_product_attention passes no block_sizes; None: on GPUs the defaults fitted to the shapes and
+# the device, pallas_kernels.fit). A model that picks its own adds a line here.
+FLASH_BLOCKS: dict[Platform, dict[str, FlashBlockSizes | None]] = {
+    "cuda": {"gpu-default": None},
     "tpu": {"tpu-default": FlashBlockSizes.for_backend("tpu")},
 }
 #             B  T    S    H  K  D    causal segments alibi
@@ -162,8 +163,8 @@ def flash_attention_cases(platform: Platform) -> Iterator[Case]:
 
 # --------------------------------------------------------------------------------------- matmul
 
-MATMUL_BLOCKS: dict[Platform, dict[str, MatmulBlockSizes]] = {
-    "cuda": {"gpu-default": MatmulBlockSizes.for_backend("gpu")},
+MATMUL_BLOCKS: dict[Platform, dict[str, MatmulBlockSizes | None]] = {
+    "cuda": {"gpu-default": None},
     "tpu": {"tpu-default": MatmulBlockSizes.for_backend("tpu")},
 }
 # The MLP widths (d_model -> d_ff) of the RMT paper's presets (Table 2): the Transformer baselines
@@ -204,8 +205,8 @@ MLSTM_BLOCKS: dict[Platform, dict[str, MLSTMBlockSizes]] = {
     "cuda": {"gpu-default": MLSTMBlockSizes.for_backend("gpu")},
     "tpu": {"tpu-default": MLSTMBlockSizes.for_backend("tpu"), "model": MLSTMBlockSizes(64)},
 }
-#             B  NH  S    Dk   Dv   (xLSTM 7B: Dk 256, Dv 512; smaller heads here keep it quick)
-MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128)]  # a chunk multiple; a padded tail
+#             B  NH  S    Dk   Dv   a chunk multiple; a padded tail; xLSTM 7B's head (tiled on GPUs)
+MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128), (1, 1, 128, 256, 512)]
 
 
 def mlstm_cases(platform: Platform) -> Iterator[Case]:
