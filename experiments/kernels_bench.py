@@ -255,23 +255,18 @@ def f32_rows(cfg: Config) -> list[dict]:
         except Exception as err:  # noqa: BLE001  (reported below)
             print(f"f32 reference failed: {err}", flush=True)
     row = dict(part="f32_attention", B=B, T=T, H=H, D=D, causal=True)
+    pairs = {name: _fwd_and_grad(fn, q, k, v) for name, fn in variants.items()}
     for mode in ("fwd", "fwd_bwd"):
         fns = {}
-        for name, fn in variants.items():
-            pair = _fwd_and_grad(fn, q, k, v)
-            call = pair[0] if mode == "fwd" else pair[1]
-            if name == "xla_highest":
-                call = (lambda c: lambda: _highest(c))(call)
-            fns[name] = call
+        for name, pair in pairs.items():
+            call = pair[mode == "fwd_bwd"]
+            fns[name] = functools.partial(_highest, call) if name == "xla_highest" else call
         for name, t in _time(fns, cfg.gpu_iters).items():
             _record(row, name, {mode: t}, None)
     if truth is not None:
-        for name, fn in variants.items():
+        for name, (fwd, _) in pairs.items():
             if isinstance(row.get(f"{name}_fwd_ms"), float):
-                got = np.asarray(
-                    _highest(lambda f=fn: jax.jit(f)(q, k, v)) if name == "xla_highest"
-                    else jax.jit(fn)(q, k, v), np.float64,
-                )  # fmt: skip
+                got = np.asarray(_highest(fwd) if name == "xla_highest" else fwd(), np.float64)
                 row[f"{name}_rel_err"] = float(np.max(np.abs(got - truth)) / np.max(np.abs(truth)))
     bq, bk, bv = _qkv((B, T, H, D), jnp.bfloat16, 46)
     fwd, grad = _fwd_and_grad(flash(), bq, bk, bv)
