@@ -47,6 +47,10 @@ from pallas_kernels._common import (
 
 __all__ = ["BlockSizes", "flash_attention", "flash_attention_reference"]
 TILES = ("block_q", "block_k", "block_q_dkv", "block_k_dkv", "block_q_dq", "block_k_dq")
+# float32 dots of the native GPU kernels by default: three TF32 passes on the tensor cores, as
+# accurate as plain float32 FMAs (HIGHEST, Triton's "ieee") and far faster on the H200 run of
+# pallas_kernels/README.md, where the FMA path was the float32 pathology of issue 46.
+GPU_F32_DOT = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +86,20 @@ class BlockSizes:
         return cls() if backend == "gpu" else cls(128, 128, 128, 128, 128, 128)
 
     @classmethod
+    def for_gpu(cls, head_dim: int, dtype) -> BlockSizes:
+        """The shipped GPU tiles, by what the H200 run of pallas_kernels/README.md measured: at
+        head dims above 64 (bf16) 64-row tiles everywhere with 4 warps were faster, forward and
+        backward, than the 128-row forward with 8 warps; float32 queries in blocks of 64."""
+        if jnp.dtype(dtype) == jnp.float32:
+            return cls(block_q=64)
+        return cls(64, 64, 64, 64, 64, 64, num_warps=4) if head_dim > 64 else cls()
+
+    @classmethod
     def fitted(cls, head_dim: int, dtype) -> BlockSizes:
-        """The GPU defaults, tiles halved until every program's shared-memory estimate at this
-        (padded) head dim and dtype fits the device (:mod:`pallas_kernels.fit`)."""
+        """The GPU defaults (:meth:`for_gpu`), tiles halved until every program's shared-memory
+        estimate at this (padded) head dim and dtype fits the device (:mod:`pallas_kernels.fit`)."""
         return fit.fit_attention(
-            cls.for_backend("gpu"),
+            cls.for_gpu(head_dim, dtype),
             lambda b: fit.flash_attention_bytes(b, head_dim, dtype, b.num_stages),
             fit.smem_budget(),
         )
@@ -377,8 +390,9 @@ def flash_attention(
         default backend (the GPU style on CPU).
       precision: of the float32 inputs' dots in a native kernel, any value ``lax.dot_general``
         takes (e.g. ``lax.DotAlgorithmPreset.TF32_TF32_F32``, a single TF32 pass as XLA's default
-        float32 dot on GPUs); ``None`` means float32 accuracy (:func:`~pallas_kernels._common.
-        f32_precision`). The interpreter computes float32 dots exactly.
+        float32 dot on GPUs); ``None`` means float32 accuracy: :data:`GPU_F32_DOT` (three TF32
+        passes) on native GPUs, ``HIGHEST`` elsewhere. The interpreter computes float32 dots
+        exactly.
 
     Raises:
       KernelConfigError: for shapes that do not fit, bad block sizes, or a native kernel asked for
@@ -436,7 +450,7 @@ def flash_attention(
         groups=H // K,
         style=style,
         interpret=interpret,
-        precision=f32_precision(style, interpret, precision),
+        precision=f32_precision(style, interpret, GPU_F32_DOT if precision is None else precision),
         num_warps=block_sizes.num_warps,
         num_stages=block_sizes.num_stages,
     )

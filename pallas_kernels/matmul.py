@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 
 import jax
@@ -78,11 +79,20 @@ class BlockSizes:
         return cls() if backend == "gpu" else cls(256, 256, 512)
 
     @classmethod
-    def fitted(cls, dtype) -> BlockSizes:
-        """The GPU defaults, tiles halved until the shared-memory estimate at this dtype fits the
-        device (:mod:`pallas_kernels.fit`)."""
+    def for_gpu(cls, rows: int, cols: int) -> BlockSizes:
+        """The shipped GPU tiles, by what the H200 run of pallas_kernels/README.md measured: for
+        outputs of at least 8192 x 8192, 128 x 256 tiles, 64 deep, with 8 warps (the defaults
+        were slower there); the defaults elsewhere (measured at 2048)."""
+        if min(rows, cols) >= 8192:
+            return cls(128, 256, 64, num_warps=8, num_stages=3)
+        return cls()
+
+    @classmethod
+    def fitted(cls, dtype, rows: int = 0, cols: int = 0) -> BlockSizes:
+        """The GPU defaults for a ``rows x cols`` output (:meth:`for_gpu`), tiles halved until
+        the shared-memory estimate at this dtype fits the device (:mod:`pallas_kernels.fit`)."""
         return fit.shrink(
-            cls.for_backend("gpu"), TILES, lambda b: fit.matmul_bytes(b, dtype, b.num_stages),
+            cls.for_gpu(rows, cols), TILES, lambda b: fit.matmul_bytes(b, dtype, b.num_stages),
             fit.smem_budget(),
         )  # fmt: skip
 
@@ -238,7 +248,12 @@ def matmul(
     dtype = jnp.promote_types(x.dtype, y.dtype)
     if block_sizes is None:
         native_gpu = style == "gpu" and not interpret
-        block_sizes = BlockSizes.fitted(dtype) if native_gpu else BlockSizes.for_backend(style)
+        rows = math.prod(x.shape[:-1])
+        block_sizes = (
+            BlockSizes.fitted(dtype, rows, y.shape[1])
+            if native_gpu
+            else BlockSizes.for_backend(style)
+        )
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a matmul BlockSizes, got {block_sizes!r}")
     tiles = {name: getattr(block_sizes, name) for name in TILES}
