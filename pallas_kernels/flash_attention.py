@@ -53,6 +53,10 @@ TILES = ("block_q", "block_k", "block_q_dkv", "block_k_dkv", "block_q_dq", "bloc
 GPU_F32_DOT = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 
+def _gpu_default(style: Style):
+    return GPU_F32_DOT if style == "gpu" else None
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
     """Tile sizes (powers of two) of the forward, dK/dV and dQ kernels.
@@ -450,7 +454,9 @@ def flash_attention(
         groups=H // K,
         style=style,
         interpret=interpret,
-        precision=f32_precision(style, interpret, GPU_F32_DOT if precision is None else precision),
+        precision=f32_precision(
+            style, interpret, _gpu_default(style) if precision is None else precision
+        ),
         num_warps=block_sizes.num_warps,
         num_stages=block_sizes.num_stages,
     )
