@@ -1,21 +1,28 @@
-"""Pallas kernels match their references; chunked attention memory grows linearly in T, XLA's as T².
+"""Pallas kernels match their references; chunked attention memory grows linearly in T, XLA's as T²;
+on a GPU, how fast each kernel runs beside cuDNN and XLA.
 
 Command:  python experiments/run.py --exp=kernels_bench          (``--smoke``: under 30 s)
-          GPU:  bash scripts/gpu_bench.sh   (adds the TFLOP/s grid and the native-kernel tests)
-Result:   per kernel the largest error against its reference, and the memory slopes of the
-          attention paths; measured results in pallas_kernels/README.md.
+          GPU:  bash scripts/gpu_bench.sh [--quick]   (the GPU rows and the native-kernel tests)
+Result:   per kernel the largest error against its reference, the memory slopes of the attention
+          paths, and on a GPU every speed ratio of issue 46; measured results in
+          pallas_kernels/README.md.
 
 Three parts. (1) Correctness: each kernel (flash attention, chunked XLA attention, matmul) against
 its jnp reference on small inputs — max absolute error of the output and of every input gradient;
 on CPU the Pallas kernels run in interpret mode, on a GPU/TPU natively. (2) Memory: the compiled
 ``memory_analysis()`` temporaries of the XLA reference attention and the chunked path for T = 1k
 ... 16k, forward and forward+backward, compiled only (never executed), with the log-log slope of
-memory against T. (3) On a GPU only: forward and forward+backward TFLOP/s of the Pallas kernel,
-cuDNN and XLA for T in {1k, 4k, 16k}, head dim 64 and 128, bf16, causal and not, measured side by
-side in one process and reported as ratios and as a fraction of the H200's ~990 TFLOP/s bf16 peak.
-FLOPs follow FlashAttention-2 (Dao 2023, Sec. 4.1): forward ``4·B·H·T²·D`` (halved when causal),
-backward 2.5x the forward. The measurements of (1) and (2) live in :mod:`jaxlab.nn.kernel_checks`;
-this file holds the configuration, the GPU timings, the run and the summary.
+memory against T. (3) On a GPU only (or anywhere with ``gpu_anywhere``, the ``dry`` preset that
+``gpu_bench.sh --dry-run`` uses): :data:`GPU_PARTS`, each timed in interleaved rounds in one
+process and reported as ratios — flash attention TFLOP/s against cuDNN and XLA (T in {1k, 4k,
+16k}, head dim 64 and 128, bf16, causal and not; fraction of the H200's ~990 TFLOP/s bf16 peak),
+float32 flash attention with each dot precision and query block against XLA at its default and
+HIGHEST precision (issue 46's pathology), square bf16 matmuls against ``jnp.dot``, the chunkwise
+mLSTM against the XLA chunkwise form at xLSTM 7B's head, tile sweeps, and JAX's own Mosaic GPU
+attention for reference. A part that fails is a row with its error, not a crash. FLOPs follow
+FlashAttention-2 (Dao 2023, Sec. 4.1): forward ``4·B·H·T²·D`` (halved when causal), backward 2.5x
+the forward. The measurements of (1) and (2) live in :mod:`jaxlab.nn.kernel_checks`; this file
+holds the configuration, the GPU timings, the run and the summary.
 """
 
 from __future__ import annotations
@@ -96,8 +103,11 @@ PRESETS = {
         gpu_lens=(4096,),
         gpu_causal=(True,),
         gpu_iters=5,
+        flash_sweep=(),  # the sweeps that chose the shipped tiles run in the default preset
         matmul_sizes=(2048, 8192),
+        matmul_sweep=(),
         mlstm_shapes=((2, 8, 2048, 256, 512),),
+        mgpu_reference=False,
     ),
     # The GPU code path on a CPU (scripts/gpu_bench.sh --dry-run): interpreted, tiny shapes.
     "dry": lambda: Config(
@@ -286,6 +296,8 @@ def _highest(call):
 def flash_sweep_rows(cfg: Config) -> list[dict]:
     """Flash attention fwd+bwd at one (T, D), causal bf16, for each tile setting of
     ``cfg.flash_sweep`` against the defaults and cuDNN, timed in the same rounds."""
+    if not cfg.flash_sweep:
+        return []
     T, D = cfg.flash_sweep_at
     B, H = max(1, cfg.gpu_tokens // T), 2048 // D
     q, k, v = _qkv((B, T, H, D), jnp.bfloat16, 7)
@@ -380,17 +392,18 @@ def mlstm_rows(cfg: Config) -> list[dict]:
 
 
 def mgpu_rows(cfg: Config) -> list[dict]:
-    """JAX's own Mosaic GPU (Hopper: wgmma, TMA) attention at the sweep's (T, D), causal bf16,
-    against cuDNN: what the Mosaic GPU backend reaches on this chip (a reference, not ours)."""
+    """JAX's own Mosaic GPU (Hopper: wgmma, TMA) attention at the sweep's (T, D), causal, against
+    cuDNN on the same float16 inputs (the kernel takes float16 only; bf16 failed on the H200):
+    what the Mosaic GPU backend reaches on this chip (a reference, not ours)."""
     try:
         from jax.experimental.pallas.ops.gpu import attention_mgpu as mg
     except Exception as err:  # noqa: BLE001  (absent in this JAX: a result)
         return [dict(part="mgpu_reference", error=f"{type(err).__name__}: {err}")]
     T, D = cfg.flash_sweep_at
     B, H = max(1, cfg.gpu_tokens // T), 2048 // D
-    q, k, v = _qkv((B, T, H, D), jnp.bfloat16, 9)
+    q, k, v = _qkv((B, T, H, D), jnp.float16, 9)
     flops = 2 * B * H * T * T * D
-    row = dict(part="mgpu_reference", T=T, D=D, B=B, H=H, causal=True)
+    row = dict(part="mgpu_reference", T=T, D=D, B=B, H=H, causal=True, dtype="float16")
     try:
         conf = mg.TuningConfig(block_q=64, block_kv=128, max_concurrent_steps=2, causal=True)
         impls = {"mgpu": lambda q, k, v: mg.attention(q, k, v, conf),

@@ -16,8 +16,10 @@
 #   7. summary.json and summary.md (scripts/gpu_summary.py): every ratio of issue 46's table.
 #
 # Usage: bash scripts/gpu_bench.sh [--quick] [--dry-run] [RESULTS_DIR]
-#   --quick    the short-lease mode (kernels_bench's "quick" preset, fewer MLR rounds): about 6
-#              minutes on an H200 for every part above.
+#   --quick    the short-lease mode (kernels_bench's "quick" preset without the tile sweeps, fewer
+#              MLR rounds). On the H200 of pallas_kernels/README.md, with the sweeps still in
+#              it, the parts took 16 + 85 + 209 s, then 2.4 min for the MLR runs and the contract
+#              test: about 7.5 minutes, over the 6 aimed at; without the sweeps unmeasured.
 #   --dry-run  the same parts on this machine's CPU with tiny shapes (kernels interpreted, the
 #              native tests skipped): checks the script before a lease.
 #   RESULTS_DIR defaults to $OUT when set (device runners), else runs/gpu_bench_<timestamp>.
