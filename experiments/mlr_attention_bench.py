@@ -105,6 +105,7 @@ class Config:
     # also time the Pallas MLR kernel against Pallas flash attention (a GPU or TPU run: on a CPU
     # both interpret, and their times measure the interpreter)
     pallas: bool = False
+    dtype: str = "float32"  # of q, k, v (bfloat16: the GPU kernels' tensor-core path)
 
     def __post_init__(self) -> None:
         check(
@@ -114,6 +115,7 @@ class Config:
             and self.tile > 0,
             "sizes must be positive",
         )
+        check(self.dtype in ("float32", "bfloat16"), f"dtype={self.dtype!r}: float32 or bfloat16")
         check_mlr(self.ranks, sum(self.ranks), self.seq_len, self.normalize)
         check_mlr(self.low_ranks, sum(self.ranks), self.seq_len, self.normalize)
         check(
@@ -352,11 +354,16 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     D = sum(cfg.ranks)
     shape = (cfg.batch, cfg.seq_len, cfg.heads, D)
     keys = jax.random.split(jax.random.key(0), 4)
-    q, k, v = (jax.random.normal(key, shape) for key in keys[:3])
+    q, k, v = (jax.random.normal(key, shape).astype(cfg.dtype) for key in keys[:3])
     fns = {}
     for name, f in _variants(cfg).items():
         fwd = jax.jit(f)
-        grad = jax.jit(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v) * v), argnums=(0, 1, 2)))
+        grad = jax.jit(
+            jax.grad(
+                lambda q, k, v, f=f: jnp.sum((f(q, k, v) * v).astype(jnp.float32)),
+                argnums=(0, 1, 2),
+            )
+        )
         fns[f"{name}_forward"] = lambda fwd=fwd: fwd(q, k, v)
         fns[f"{name}_forward_backward"] = lambda grad=grad: grad(q, k, v)
     costs = measure_elementwise_costs(cfg, keys[3])

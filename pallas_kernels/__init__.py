@@ -11,6 +11,7 @@ the q/k/v check of every attention entry point, here and in ``jaxlab.nn``. See `
 for backends, tolerances and measured numbers.
 """
 
+from pallas_kernels import fit
 from pallas_kernels._common import KernelConfigError, check_qkv
 from pallas_kernels.flash_attention import BlockSizes as FlashAttentionBlockSizes
 from pallas_kernels.flash_attention import flash_attention, flash_attention_reference
@@ -29,6 +30,7 @@ __all__ = [
     "MLSTMBlockSizes",
     "MatmulBlockSizes",
     "check_qkv",
+    "fit",
     "flash_attention",
     "flash_attention_reference",
     "matmul",

@@ -46,6 +46,7 @@ __all__ = [
     "div",
     "dot",
     "extra_inputs",
+    "f32_precision",
     "load_tile",
     "native_call",
     "reduce_blocks",
@@ -294,13 +295,31 @@ def check_qkv(
 # --------------------------------------------------------------------- attention: tile maths
 
 
-def dot(a, b, contract: tuple[int, int]):
+# How a native GPU kernel computes a float32 dot that asks for float32 accuracy. HIGHEST lowers
+# to Triton's "ieee" input precision, plain FMAs without the tensor cores.
+GPU_F32_DOT = lax.Precision.HIGHEST
+
+
+def f32_precision(style: Style, interpret: bool, precision=None):
+    """The precision of a kernel's float32 dots: ``precision`` where given (any value
+    ``lax.dot_general`` takes), else float32 accuracy: :data:`GPU_F32_DOT` in a native GPU kernel
+    and ``HIGHEST`` elsewhere. The interpreter computes exact float32 dots whatever is asked (XLA
+    on the CPU has no TF32 algorithms)."""
+    if interpret:
+        return lax.Precision.HIGHEST
+    if precision is not None:
+        return precision
+    return GPU_F32_DOT if style == "gpu" else lax.Precision.HIGHEST
+
+
+def dot(a, b, contract: tuple[int, int], precision=lax.Precision.HIGHEST):
     """``a · b`` contracting dim ``contract[0]`` of ``a`` with ``contract[1]`` of ``b``, in f32.
 
-    float32 inputs ask for full precision, so GPUs do not silently drop to TF32 (10-bit mantissa).
+    float32 operands use ``precision`` (the kernel's :func:`f32_precision`: float32 accuracy by
+    default, so GPUs do not silently drop to TF32's 10-bit mantissa); others use the tensor cores.
     """
     dims = (((contract[0],), (contract[1],)), ((), ()))
-    precision = lax.Precision.HIGHEST if a.dtype == F32 and b.dtype == F32 else None
+    precision = precision if a.dtype == F32 and b.dtype == F32 else None
     return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=F32)
 
 
@@ -408,7 +427,8 @@ def attention_call(
     else:
         grid = (B, H, n_rows)
         width = width or arrays[0].shape[-1]
-        params = plgpu.CompilerParams(num_warps=4 if width <= 64 else 8, num_stages=2)
+        warps = getattr(cfg, "num_warps", None) or (4 if width <= 64 else 8)
+        params = plgpu.CompilerParams(num_warps=warps, num_stages=getattr(cfg, "num_stages", 2))
         scratch_shapes = []
     call = pl.pallas_call(
         functools.partial(kernel, cfg=cfg),

@@ -23,6 +23,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Float, Int
 
+from pallas_kernels import fit
 from pallas_kernels._common import (
     F32,
     MASK_VALUE,
@@ -35,6 +36,7 @@ from pallas_kernels._common import (
     div,
     dot,
     extra_inputs,
+    f32_precision,
     load_tile,
     pow2_at_least,
     reduce_blocks,
@@ -44,6 +46,15 @@ from pallas_kernels._common import (
 )
 
 __all__ = ["BlockSizes", "flash_attention", "flash_attention_reference"]
+TILES = ("block_q", "block_k", "block_q_dkv", "block_k_dkv", "block_q_dq", "block_k_dq")
+# float32 dots of the native GPU kernels by default: three TF32 passes on the tensor cores, as
+# accurate as plain float32 FMAs (HIGHEST, Triton's "ieee") and far faster on the H200 run of
+# pallas_kernels/README.md, where the FMA path was the float32 pathology of issue 46.
+GPU_F32_DOT = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+
+
+def _gpu_default(style: Style):
+    return GPU_F32_DOT if style == "gpu" else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,14 +72,41 @@ class BlockSizes:
     block_k_dkv: int = 64
     block_q_dq: int = 64
     block_k_dq: int = 64
+    # GPU only: warps per program (None: 4 for head dims <= 64, else 8) and software-pipelining
+    # depth of the streamed tiles.
+    num_warps: int | None = None
+    num_stages: int = 2
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            check_power_of_two("BlockSizes", field.name, getattr(self, field.name))
+        for name in TILES:
+            check_power_of_two("BlockSizes", name, getattr(self, name))
+        if self.num_warps is not None:
+            check_power_of_two("BlockSizes", "num_warps", self.num_warps, minimum=1)
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise KernelConfigError(f"BlockSizes.num_stages={self.num_stages!r} must be >= 1")
 
     @classmethod
     def for_backend(cls, backend: Style) -> BlockSizes:
         return cls() if backend == "gpu" else cls(128, 128, 128, 128, 128, 128)
+
+    @classmethod
+    def for_gpu(cls, head_dim: int, dtype) -> BlockSizes:
+        """The shipped GPU tiles, by what the H200 run of pallas_kernels/README.md measured: at
+        head dims above 64 (bf16) 64-row tiles everywhere with 4 warps were faster, forward and
+        backward, than the 128-row forward with 8 warps; float32 queries in blocks of 64."""
+        if jnp.dtype(dtype) == jnp.float32:
+            return cls(block_q=64)
+        return cls(64, 64, 64, 64, 64, 64, num_warps=4) if head_dim > 64 else cls()
+
+    @classmethod
+    def fitted(cls, head_dim: int, dtype) -> BlockSizes:
+        """The GPU defaults (:meth:`for_gpu`), tiles halved until every program's shared-memory
+        estimate at this (padded) head dim and dtype fits the device (:mod:`pallas_kernels.fit`)."""
+        return fit.fit_attention(
+            cls.for_gpu(head_dim, dtype),
+            lambda b: fit.flash_attention_bytes(b, head_dim, dtype, b.num_stages),
+            fit.smem_budget(),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +129,9 @@ class _Static:
     groups: int  # query heads per kv head
     style: Style
     interpret: bool
+    precision: object  # of the float32 dots (_common.f32_precision)
+    num_warps: int | None
+    num_stages: int
 
 
 # ------------------------------------------------------------------------------------ tile maths
@@ -99,7 +140,7 @@ class _Static:
 def _scores(q, k, q_start, k_start, seg_q, seg_k, slope, cfg: _Static):
     """Masked logits ``scale · q kᵀ (+ ALiBi)`` of one (query block, key block) tile, and the
     mask of real (non-padding) keys, or None when nothing is padded."""
-    s = dot(q, k, (1, 1)) * cfg.scale
+    s = dot(q, k, (1, 1), cfg.precision) * cfg.scale
     q_pos = q_start + cfg.offset + lax.broadcasted_iota(jnp.int32, s.shape, 0)
     k_pos = k_start + lax.broadcasted_iota(jnp.int32, s.shape, 1)
     if slope is not None:
@@ -160,7 +201,7 @@ def _fwd_kernel(*refs, cfg: _Static):
         p_QK = _probs(s_QK - m_new, key_valid)
         correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
         l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
+        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0), cfg.precision)
         return m_new, l_new, acc_new
 
     def init():
@@ -200,12 +241,11 @@ def _dkv_kernel(*refs, cfg: _Static):
         seg_q = None if seg_q_ref is None else load_tile(seg_q_ref, i, bq, cfg.style)
         s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
         p_QK = _probs(s_QK - lse_Q1, key_valid)  # the forward's probabilities, recomputed
-        dv_KD = dv_KD + dot(
-            p_QK.T.astype(do_QD.dtype), do_QD, (1, 0)
-        )  # Pᵀ dO (explicit .T: Mosaic)
-        dp_QK = dot(do_QD, v_KD, (1, 1))
+        # Pᵀ dO (explicit .T: Mosaic)
+        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0), cfg.precision)
+        dp_QK = dot(do_QD, v_KD, (1, 1), cfg.precision)
         ds_QK = p_QK * (dp_QK - delta_Q1)  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
-        dk_KD = dk_KD + dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0))
+        dk_KD = dk_KD + dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0), cfg.precision)
         return dk_KD, dv_KD
 
     def init():
@@ -238,8 +278,8 @@ def _dq_kernel(*refs, cfg: _Static):
         seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
         s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
         p_QK = _probs(s_QK - lse_Q1, key_valid)
-        ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1)) - delta_Q1)
-        return (dq_QD + dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0)),)
+        ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1), cfg.precision) - delta_Q1)
+        return (dq_QD + dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0), cfg.precision),)
 
     def finalize(carry):
         dq_ref[...] = (carry[0] * cfg.scale).astype(dq_ref.dtype)
@@ -334,6 +374,7 @@ def flash_attention(
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
     backend: Style | None = None,
+    precision=None,
 ) -> Float[Array, "B T H D"]:
     """Softmax attention ``softmax(scale · q kᵀ + bias + mask) v`` without materialising logits.
 
@@ -346,10 +387,16 @@ def flash_attention(
       segment_ids: document ids of packed rows; a query sees only keys of its own document.
       alibi_slopes: per-head ALiBi slopes, bias ``-slope_h · |i - j|`` (Press et al. 2022).
       scale: logit scale, default ``D ** -0.5``.
-      block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`.
+      block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`, on a native GPU shrunk
+        until their shared-memory estimate fits the device (:mod:`pallas_kernels.fit`).
       interpret: run the Pallas interpreter; ``None`` means exactly when on CPU.
       backend: ``"gpu"`` (Triton) or ``"tpu"`` (Mosaic) kernel style; ``None`` follows the
         default backend (the GPU style on CPU).
+      precision: of the float32 inputs' dots in a native kernel, any value ``lax.dot_general``
+        takes (e.g. ``lax.DotAlgorithmPreset.TF32_TF32_F32``, a single TF32 pass as XLA's default
+        float32 dot on GPUs); ``None`` means float32 accuracy: :data:`GPU_F32_DOT` (three TF32
+        passes) on native GPUs, ``HIGHEST`` elsewhere. The interpreter computes float32 dots
+        exactly.
 
     Raises:
       KernelConfigError: for shapes that do not fit, bad block sizes, or a native kernel asked for
@@ -360,13 +407,18 @@ def flash_attention(
         alibi_slopes=alibi_slopes,
     )  # fmt: skip
     style, interpret = resolve_backend(backend, interpret)
-    if block_sizes is None:
-        block_sizes = BlockSizes.for_backend(style)
-    if not isinstance(block_sizes, BlockSizes):
-        raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
     B, T, H, D = q.shape
     S, K = k.shape[1], k.shape[2]
-    blocks = {f.name: getattr(block_sizes, f.name) for f in dataclasses.fields(BlockSizes)}
+    # Triton loads need power-of-two tiles of at least 16: pad the head dim with zeros.
+    Dp = max(16, pow2_at_least(D)) if style == "gpu" else D
+    if block_sizes is None:
+        native_gpu = style == "gpu" and not interpret
+        block_sizes = (
+            BlockSizes.fitted(Dp, q.dtype) if native_gpu else BlockSizes.for_backend(style)
+        )
+    if not isinstance(block_sizes, BlockSizes):
+        raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
+    blocks = {name: getattr(block_sizes, name) for name in TILES}
     if style == "gpu" and not interpret and min(blocks.values()) < 16:
         raise KernelConfigError(f"native GPU kernels need blocks >= 16 (tl.dot); got {blocks}")
     # Shrink blocks to short inputs, then pad the lengths to a multiple of every block.
@@ -379,8 +431,6 @@ def flash_attention(
                 raise KernelConfigError(f"native TPU kernels need {name} >= 128; got {size}")
     Tp = round_up(T, max(v for n, v in blocks.items() if n.startswith("block_q")))
     Sp = round_up(S, max(v for n, v in blocks.items() if n.startswith("block_k")))
-    # Triton loads need power-of-two tiles of at least 16: pad the head dim with zeros.
-    Dp = max(16, pow2_at_least(D)) if style == "gpu" else D
 
     def to_bhld(x, length):
         x = jnp.swapaxes(x, 1, 2)
@@ -404,6 +454,11 @@ def flash_attention(
         groups=H // K,
         style=style,
         interpret=interpret,
+        precision=f32_precision(
+            style, interpret, _gpu_default(style) if precision is None else precision
+        ),
+        num_warps=block_sizes.num_warps,
+        num_stages=block_sizes.num_stages,
     )
     o = _flash(to_bhld(q, Tp), to_bhld(k, Sp), to_bhld(v, Sp), seg_q, seg_k, slopes, cfg)
     return jnp.swapaxes(o[:, :, :T, :D], 1, 2)

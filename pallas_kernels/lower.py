@@ -21,6 +21,7 @@ failed. A new kernel joins by adding its case generator to :data:`KERNELS`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import sys
@@ -40,7 +41,17 @@ from pallas_kernels.mlr_attention import mlr_attention
 from pallas_kernels.mlstm_chunkwise import BlockSizes as MLSTMBlockSizes
 from pallas_kernels.mlstm_chunkwise import mlstm_chunkwise
 
-__all__ = ["FORWARD_ONLY", "KERNELS", "PLATFORMS", "Case", "lower", "main", "run_cases"]
+__all__ = [
+    "ABSTRACT_GPU",
+    "FORWARD_ONLY",
+    "KERNELS",
+    "PLATFORMS",
+    "Case",
+    "lower",
+    "main",
+    "run_cases",
+    "target_device",
+]
 
 Platform = Literal["cuda", "tpu"]
 PLATFORMS: tuple[Platform, ...] = ("cuda", "tpu")
@@ -52,6 +63,9 @@ STYLE = {"cuda": "gpu", "tpu": "tpu"}  # kernel style of each lowering platform
 KERNEL_CUSTOM_CALLS = {"cuda": ("__gpu$xla.gpu.triton",), "tpu": ("tpu_custom_call",)}
 S = jax.ShapeDtypeStruct
 DTYPES = {"bf16": jnp.bfloat16, "f32": jnp.float32}
+# The GPU that a cuda lowering targets when this machine has none: Triton needs a compute
+# capability, which JAX 0.10 assumed (9.0) and JAX 0.11 reads off an abstract device.
+ABSTRACT_GPU = "NVIDIA H200"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +113,10 @@ def fwd_and_bwd(
 # ------------------------------------------------------------------------------ flash attention
 
 # The block settings that ship, per platform: the kernel defaults, which every jaxlab model uses
-# (dot_product_attention passes no block_sizes). A model that picks its own adds a line here.
-FLASH_BLOCKS: dict[Platform, dict[str, FlashBlockSizes]] = {
-    "cuda": {"gpu-default": FlashBlockSizes.for_backend("gpu")},
+# (dot_product_attention passes no block_sizes; None: on GPUs the defaults fitted to the shapes and
+# the device, pallas_kernels.fit). A model that picks its own adds a line here.
+FLASH_BLOCKS: dict[Platform, dict[str, FlashBlockSizes | None]] = {
+    "cuda": {"gpu-default": None},
     "tpu": {"tpu-default": FlashBlockSizes.for_backend("tpu")},
 }
 #             B  T    S    H  K  D    causal segments alibi
@@ -148,8 +163,8 @@ def flash_attention_cases(platform: Platform) -> Iterator[Case]:
 
 # --------------------------------------------------------------------------------------- matmul
 
-MATMUL_BLOCKS: dict[Platform, dict[str, MatmulBlockSizes]] = {
-    "cuda": {"gpu-default": MatmulBlockSizes.for_backend("gpu")},
+MATMUL_BLOCKS: dict[Platform, dict[str, MatmulBlockSizes | None]] = {
+    "cuda": {"gpu-default": None},
     "tpu": {"tpu-default": MatmulBlockSizes.for_backend("tpu")},
 }
 # The MLP widths (d_model -> d_ff) of the RMT paper's presets (Table 2): the Transformer baselines
@@ -190,8 +205,8 @@ MLSTM_BLOCKS: dict[Platform, dict[str, MLSTMBlockSizes]] = {
     "cuda": {"gpu-default": MLSTMBlockSizes.for_backend("gpu")},
     "tpu": {"tpu-default": MLSTMBlockSizes.for_backend("tpu"), "model": MLSTMBlockSizes(64)},
 }
-#             B  NH  S    Dk   Dv   (xLSTM 7B: Dk 256, Dv 512; smaller heads here keep it quick)
-MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128)]  # a chunk multiple; a padded tail
+#             B  NH  S    Dk   Dv   a chunk multiple; a padded tail; xLSTM 7B's head (tiled on GPUs)
+MLSTM_SHAPES = [(1, 2, 256, 64, 128), (1, 2, 200, 128, 128), (1, 1, 128, 256, 512)]
 
 
 def mlstm_cases(platform: Platform) -> Iterator[Case]:
@@ -263,14 +278,30 @@ def cases(platforms: Iterable[Platform] = PLATFORMS, kernels: Iterable[str] | No
     return [case for p in platforms for name in names for case in KERNELS[name](p)]
 
 
+def target_device(platform: Platform):
+    """The context a lowering for ``platform`` runs in: for ``cuda`` on a machine without a GPU,
+    an abstract mesh with an abstract :data:`ABSTRACT_GPU` (Hopper) device where this JAX has
+    ``jax.sharding.AbstractDevice`` (0.11 refuses a Triton lowering without one); else nothing."""
+    if platform != "cuda" or jax.default_backend() == "gpu":
+        return contextlib.nullcontext()
+    if not hasattr(jax.sharding, "AbstractDevice"):  # older JAX assumed a Hopper GPU by itself
+        return contextlib.nullcontext()
+    device = jax.sharding.AbstractDevice(device_kind=ABSTRACT_GPU, num_cores=None, platform="gpu")
+    mesh = jax.sharding.AbstractMesh(
+        (1,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,), abstract_device=device
+    )
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
 def lower(case: Case) -> str:
     """Exports ``case`` and returns ``"ok (n kernels)"`` or the first line of the error."""
     checks = [export.DisabledSafetyCheck.custom_call(n) for n in KERNEL_CUSTOM_CALLS[case.platform]]
     try:
         args = case.args() if callable(case.args) else case.args
-        exported = export.export(
-            jax.jit(case.fn), platforms=[case.platform], disabled_checks=checks
-        )(*args)
+        with target_device(case.platform):
+            exported = export.export(
+                jax.jit(case.fn), platforms=[case.platform], disabled_checks=checks
+            )(*args)
     except Exception as err:  # the lowering's own message is the result
         first = (str(err).strip().splitlines() or [""])[0]
         return f"FAIL {type(err).__name__}: {first}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 
 import jax
@@ -26,10 +27,12 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 from jaxtyping import Array, Float
 
+from pallas_kernels import fit
 from pallas_kernels._common import (
     KernelConfigError,
     Style,
     check_power_of_two,
+    f32_precision,
     load_tile,
     native_call,
     pow2_at_least,
@@ -39,6 +42,7 @@ from pallas_kernels._common import (
 )
 
 __all__ = ["ACTIVATIONS", "BlockSizes", "matmul", "matmul_reference"]
+TILES = ("block_m", "block_n", "block_k")
 
 F32 = jnp.float32
 # Epilogues, applied to the float32 accumulator. "gelu" is the tanh form, jax.nn.gelu's default.
@@ -59,14 +63,38 @@ class BlockSizes:
     block_m: int = 128
     block_n: int = 128
     block_k: int = 32
+    # GPU only: warps per program and software-pipelining depth of the contracting loop.
+    num_warps: int = 4
+    num_stages: int = 3
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            check_power_of_two("BlockSizes", field.name, getattr(self, field.name))
+        for name in TILES:
+            check_power_of_two("BlockSizes", name, getattr(self, name))
+        check_power_of_two("BlockSizes", "num_warps", self.num_warps, minimum=1)
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise KernelConfigError(f"BlockSizes.num_stages={self.num_stages!r} must be >= 1")
 
     @classmethod
     def for_backend(cls, backend: Style) -> BlockSizes:
         return cls() if backend == "gpu" else cls(256, 256, 512)
+
+    @classmethod
+    def for_gpu(cls, rows: int, cols: int) -> BlockSizes:
+        """The shipped GPU tiles, by what the H200 run of pallas_kernels/README.md measured: for
+        outputs of at least 8192 x 8192, 128 x 256 tiles, 64 deep, with 8 warps (the defaults
+        were slower there); the defaults elsewhere (measured at 2048)."""
+        if min(rows, cols) >= 8192:
+            return cls(128, 256, 64, num_warps=8, num_stages=3)
+        return cls()
+
+    @classmethod
+    def fitted(cls, dtype, rows: int = 0, cols: int = 0) -> BlockSizes:
+        """The GPU defaults for a ``rows x cols`` output (:meth:`for_gpu`), tiles halved until
+        the shared-memory estimate at this dtype fits the device (:mod:`pallas_kernels.fit`)."""
+        return fit.shrink(
+            cls.for_gpu(rows, cols), TILES, lambda b: fit.matmul_bytes(b, dtype, b.num_stages),
+            fit.smem_budget(),
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +105,9 @@ class _Static:
     activation: str | None
     style: Style
     interpret: bool
+    precision: object  # of float32 dots (_common.f32_precision)
+    num_warps: int
+    num_stages: int
 
 
 def _kernel(x_ref, y_ref, *refs, cfg: _Static, save_pre: bool):
@@ -88,7 +119,7 @@ def _kernel(x_ref, y_ref, *refs, cfg: _Static, save_pre: bool):
     def step(kk, carry):
         x_MK = load_tile(x_ref, kk, bk, cfg.style, axis=1)
         y_KN = load_tile(y_ref, kk, bk, cfg.style, axis=0)
-        full = lax.Precision.HIGHEST if x_MK.dtype == F32 else None  # no silent TF32 for f32
+        full = cfg.precision if x_MK.dtype == F32 else None  # no silent TF32 for f32
         dims = (((1,), (0,)), ((), ()))
         prod = lax.dot_general(x_MK, y_KN, dims, precision=full, preferred_element_type=F32)
         return (carry[0] + prod,)
@@ -132,7 +163,7 @@ def _padded_call(x, y, cfg: _Static, save_pre: bool):
             pl.BlockSpec((Kp, bn), lambda i, j: (0, j)),
         ]
         scratch = []
-        params = plgpu.CompilerParams(num_warps=4, num_stages=3)
+        params = plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     out_spec = pl.BlockSpec((bm, bn), lambda i, j, *kk: (i, j))
     out_shape = [jax.ShapeDtypeStruct((Mp, Np), x.dtype)] * (2 if save_pre else 1)
     call = pl.pallas_call(
@@ -186,16 +217,20 @@ def matmul(
     activation: str | None = None,
     interpret: bool | None = None,
     backend: Style | None = None,
+    precision=None,
 ) -> Float[Array, "*batch N"]:
     """``activation(x @ y)`` as a tiled Pallas kernel, accumulating in float32.
 
     Args:
       x: ``(..., K)``; leading dimensions are flattened into the rows.
       y: ``(K, N)``.
-      block_sizes: tiles; default :meth:`BlockSizes.for_backend`.
+      block_sizes: tiles; default :meth:`BlockSizes.for_backend`, on a native GPU shrunk until
+        their shared-memory estimate fits the device (:mod:`pallas_kernels.fit`).
       activation: ``None`` or a key of :data:`ACTIVATIONS`, fused into the epilogue.
       interpret: run the Pallas interpreter; ``None`` means exactly when on CPU.
       backend: ``"gpu"`` (Triton) or ``"tpu"`` (Mosaic) style; ``None`` follows the platform.
+      precision: of float32 dots in a native kernel (as :func:`~pallas_kernels.flash_attention`'s);
+        ``None`` means float32 accuracy.
 
     Returns:
       ``(..., N)`` in the promoted dtype of ``x`` and ``y``.
@@ -210,16 +245,25 @@ def matmul(
             f"matmul: unknown activation {activation!r}; choose None or one of {list(ACTIVATIONS)}"
         )
     style, interpret = resolve_backend(backend, interpret)
-    block_sizes = BlockSizes.for_backend(style) if block_sizes is None else block_sizes
+    dtype = jnp.promote_types(x.dtype, y.dtype)
+    if block_sizes is None:
+        native_gpu = style == "gpu" and not interpret
+        rows = math.prod(x.shape[:-1])
+        block_sizes = (
+            BlockSizes.fitted(dtype, rows, y.shape[1])
+            if native_gpu
+            else BlockSizes.for_backend(style)
+        )
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a matmul BlockSizes, got {block_sizes!r}")
-    if style == "gpu" and not interpret and min(dataclasses.astuple(block_sizes)) < 16:
+    tiles = {name: getattr(block_sizes, name) for name in TILES}
+    if style == "gpu" and not interpret and min(tiles.values()) < 16:
         raise KernelConfigError(f"native GPU matmul needs blocks >= 16 (tl.dot); {block_sizes}")
     if style == "tpu" and not interpret and min(block_sizes.block_n, block_sizes.block_k) < 128:
         raise KernelConfigError(f"native TPU matmul needs block_n, block_k >= 128; {block_sizes}")
-    dtype = jnp.promote_types(x.dtype, y.dtype)
-    cfg = _Static(**dataclasses.asdict(block_sizes), activation=activation, style=style,
-                  interpret=interpret)  # fmt: skip
+    cfg = _Static(**tiles, activation=activation, style=style, interpret=interpret,
+                  precision=f32_precision(style, interpret, precision),
+                  num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages)  # fmt: skip
     x_MK = x.reshape(-1, x.shape[-1]).astype(dtype)
     out_MN = _matmul(x_MK, y.astype(dtype), cfg)
     return out_MN.reshape(*x.shape[:-1], y.shape[1])

@@ -38,6 +38,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jaxtyping import Array, Float, Int
 
+from pallas_kernels import fit
 from pallas_kernels._common import (
     F32,
     MASK_VALUE,
@@ -50,6 +51,7 @@ from pallas_kernels._common import (
     div,
     dot,
     extra_inputs,
+    f32_precision,
     load_tile,
     pow2_at_least,
     reduce_blocks,
@@ -90,6 +92,16 @@ class BlockSizes:
     def for_backend(cls, backend: Style) -> BlockSizes:
         return cls() if backend == "gpu" else cls(128, 128, 128, 128, 128, 128, block_d=128)
 
+    @classmethod
+    def fitted(cls, width: int, dtype) -> BlockSizes:
+        """The GPU defaults, tiles halved until every program's shared-memory estimate at this
+        (padded) head width and dtype fits the device (:mod:`pallas_kernels.fit`)."""
+        return fit.fit_attention(
+            cls.for_backend("gpu"),
+            lambda b: fit.mlr_attention_bytes(b, width, width, dtype),
+            fit.smem_budget(),
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class _Static:
@@ -110,6 +122,7 @@ class _Static:
     has_alibi: bool
     style: Style
     interpret: bool
+    precision: object  # of the float32 dots (_common.f32_precision)
 
     @property
     def levels(self) -> int:
@@ -168,9 +181,9 @@ def _prefix(chunks, c: int, cfg: _Static):
 def _logits(q_chunks, k_chunks, c: int, q_start, k_start, seg_q, seg_k, slope, cfg: _Static):
     """Masked logits of one tile pair of finest level ``c``: ``f_c · q̃ kᵀ`` over the prefix chunks
     (``q̃`` pre-scaled by ``1/r_l``), then ALiBi, the causal and the document masks."""
-    s = dot(q_chunks[0], k_chunks[0], (1, 1))
+    s = dot(q_chunks[0], k_chunks[0], (1, 1), cfg.precision)
     for a, b in zip(q_chunks[1:], k_chunks[1:], strict=True):
-        s = s + dot(a, b, (1, 1))
+        s = s + dot(a, b, (1, 1), cfg.precision)
     if cfg.factors[c] != 1.0:
         s = s * cfg.factors[c]
     q_pos = q_start + lax.broadcasted_iota(jnp.int32, s.shape, 0)
@@ -215,7 +228,7 @@ def _fwd_kernel(*refs, cfg: _Static):
         p_QK = jnp.exp(s_QK - m_new)
         correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
         l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0))
+        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0), cfg.precision)
         return m_new, l_new, acc_new
 
     def init():
@@ -265,7 +278,9 @@ def _bwd_tile(cfg: _Static, c: int, queries, keys, q_start, k_start, slope, stre
         k_c = _prefix(k_c, c, cfg)
     s_QK = _logits(q_c, k_c, c, q_start, k_start, seg_q, seg_k, slope, cfg)
     p_QK = jnp.exp(s_QK - lse_Q1)  # the forward's probabilities, recomputed
-    ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1)) - delta_Q1)  # dS = P ∘ (dP - rowsum(dO ∘ O))
+    ds_QK = p_QK * (
+        dot(do_QD, v_KD, (1, 1), cfg.precision) - delta_Q1
+    )  # dS = P ∘ (dP - rowsum(dO ∘ O))
     if cfg.factors[c] != 1.0:
         ds_QK = ds_QK * cfg.factors[c]
     return q_c, k_c, p_QK, ds_QK
@@ -288,9 +303,12 @@ def _dkv_kernel(*refs, cfg: _Static):
         queries = _side(q_refs, i, bq, cfg.n_chunks(c), cfg, seg_axis=0)
         q_c, _, p_QK, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, True)
         do_QD, n = queries[1], len(q_c)
-        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0))  # Pᵀ dO
+        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0), cfg.precision)  # Pᵀ dO
         ds_KQ = ds_QK.T.astype(q_c[0].dtype)  # explicit .T: Mosaic
-        dk = [acc + dot(ds_KQ, q_m, (1, 0)) for acc, q_m in zip(dk[:n], q_c, strict=True)] + dk[n:]
+        dk = [
+            acc + dot(ds_KQ, q_m, (1, 0), cfg.precision)
+            for acc, q_m in zip(dk[:n], q_c, strict=True)
+        ] + dk[n:]
         return (*dk, dv_KD)
 
     def init():
@@ -323,7 +341,10 @@ def _dq_kernel(*refs, cfg: _Static):
         keys = _side((k_ref, v_ref, seg_k_ref), j, bk, cfg.n_chunks(c), cfg, seg_axis=1)
         _, k_c, _, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, False)
         ds_QK, n = ds_QK.astype(k_c[0].dtype), len(k_c)
-        dq = [acc + dot(ds_QK, k_m, (1, 0)) for acc, k_m in zip(carry[:n], k_c, strict=True)]
+        dq = [
+            acc + dot(ds_QK, k_m, (1, 0), cfg.precision)
+            for acc, k_m in zip(carry[:n], k_c, strict=True)
+        ]
         return (*dq, *carry[n:])
 
     def finalize(carry):
@@ -494,7 +515,8 @@ def mlr_attention(
       logit_scale: extra multiplier of every MLR logit.
       block_len: the level-0 block (default ``T``); ``T`` must be a multiple of it, and pairs in
         different level-0 blocks are not scored (``jaxlab.nn.mlr_attention`` pads to it).
-      block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`.
+      block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`, on a native GPU shrunk
+        until their shared-memory estimate fits the device (:mod:`pallas_kernels.fit`).
       interpret: run the Pallas interpreter; ``None`` means exactly when on CPU.
       backend: ``"gpu"`` (Triton) or ``"tpu"`` (Mosaic) kernel style; ``None`` follows the
         default backend (the GPU style on CPU).
@@ -508,7 +530,11 @@ def mlr_attention(
     ranks = _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len)
     style, interpret = resolve_backend(backend, interpret)
     if block_sizes is None:
-        block_sizes = BlockSizes.for_backend(style)
+        width = max(16, pow2_at_least(max(D, v.shape[-1])))
+        native_gpu = style == "gpu" and not interpret
+        block_sizes = (
+            BlockSizes.fitted(width, q.dtype) if native_gpu else BlockSizes.for_backend(style)
+        )
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
     L, Dv = len(ranks), v.shape[-1]
@@ -548,6 +574,7 @@ def mlr_attention(
         has_alibi=slopes is not None,
         style=style,
         interpret=interpret,
+        precision=f32_precision(style, interpret),
     )
     o = _mlr(to_bhtd(q, Dp), to_bhtd(k, Dp), to_bhtd(v, Dvp), seg_q, seg_k, slopes, cfg)
     return jnp.swapaxes(o[..., :Dv], 1, 2)

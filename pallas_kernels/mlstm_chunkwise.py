@@ -80,9 +80,13 @@ from pallas_kernels._common import (
     KernelConfigError,
     Style,
     check_power_of_two,
+    f32_precision,
     native_call,
+    pow2_at_least,
     resolve_backend,
+    round_up,
 )
+from pallas_kernels.fit import MIN_GPU_TILE, mlstm_bytes, smem_budget
 
 __all__ = ["BlockSizes", "mlstm_chunkwise", "mlstm_chunkwise_reference"]
 
@@ -92,15 +96,24 @@ NEG = -1e30  # log weight of padding: finite, so no inf - inf
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-    """The chunk length ``L`` (a power of two >= 8): all four kernels tile the sequence by it.
+    """The chunk length ``L`` (a power of two >= 8), by which all kernels tile the sequence, and
+    ``block_d``, the tile of the head dims (a power of two >= 8, or None).
 
-    TPU tiles want the chunk to fill the 128 vector lanes (:meth:`for_backend`).
+    The state kernels split the ``Dk x Dv`` state into ``block_d x block_d`` tiles (one program
+    each: the recurrence is separable over both dims), the output and gradient kernels tile the
+    dim they write and loop over the one they contract in slices of ``block_d``. ``None`` picks
+    it from the shapes and the device: on GPUs the largest tile whose shared-memory estimate
+    (:func:`pallas_kernels.fit.mlstm_bytes`) fits the device's budget, on TPUs the whole head
+    (VMEM holds it). TPU tiles want the chunk to fill the 128 vector lanes (:meth:`for_backend`).
     """
 
     chunk: int = 64
+    block_d: int | None = None
 
     def __post_init__(self) -> None:
         check_power_of_two("BlockSizes", "chunk", self.chunk)
+        if self.block_d is not None:
+            check_power_of_two("BlockSizes", "block_d", self.block_d)
 
     @classmethod
     def for_backend(cls, backend: Style) -> BlockSizes:
@@ -110,168 +123,193 @@ class BlockSizes:
 @dataclasses.dataclass(frozen=True)
 class _Static:
     chunk: int
+    tile_k: int  # Dk tile (state kernels, dq/dk) and the slice of the Dk loops
+    tile_v: int  # Dv tile (state kernels, outputs, dv) and the slice of the Dv loop
     eps: float
     style: Style
     interpret: bool
+    precision: object  # of the float32 dots (_common.f32_precision)
 
 
-def _dot(a, b, contract):
+def _dot(a, b, contract, cfg: _Static):
     """float32-accumulated product contracting ``a``'s axis ``contract[0]`` with ``b``'s."""
-    full = lax.Precision.HIGHEST if a.dtype == F32 else None
+    full = cfg.precision if a.dtype == F32 and b.dtype == F32 else None
     dims = ((contract[:1], contract[1:]), ((), ()))
     return lax.dot_general(a, b, dims, precision=full, preferred_element_type=F32)
+
+
+def _slices(ref_width: int, tile: int):
+    """``(n, at)``: the number of ``tile``-wide slices of a dim and the index of slice ``j``."""
+    n = ref_width // tile
+    if n == 1:
+        return 1, lambda j: slice(None)
+    return n, lambda j: pl.ds(pl.multiple_of(j * tile, tile), tile)
+
+
+def _loop(n: int, body, init):
+    """``body`` over ``j < n`` (no loop for one slice)."""
+    return body(0, init) if n == 1 else lax.fori_loop(0, n, body, init)
 
 
 # ------------------------------------------------------------------------------------ kernels
 
 
-def _state_update(k_LK, v_LV, w_L1, g_11, C_KV, n_1K, m_11):
-    """The state after one chunk (module docstring, kernel 1); ``w`` = a + i, ``g`` the decay."""
-    m_new = jnp.maximum(g_11 + m_11, jnp.max(w_L1, axis=0, keepdims=True))
-    decay = jnp.exp(g_11 + m_11 - m_new)
-    kw_LK = (jnp.exp(w_L1 - m_new) * k_LK.astype(F32)).astype(k_LK.dtype)
-    C_KV = decay * C_KV + _dot(kw_LK, v_LV, (0, 0))
-    n_1K = decay * n_1K + jnp.sum(kw_LK.astype(F32), axis=0, keepdims=True)
-    return C_KV, n_1K, m_new
-
-
-def _state_kernel(k_ref, v_ref, w_ref, b_ref, C0_ref, n0_ref, m0_ref, *refs, cfg: _Static):
-    Cs_ref, ns_ref, ms_ref, Cf_ref, nf_ref, mf_ref, *scratch = refs
+def _state_kernel(k_ref, v_ref, ks_ref, decay_ref, C0_ref, Cs_ref, Cf_ref, *scratch, cfg: _Static):
+    """One ``(tile_k, tile_v)`` tile of ``C`` through the chunks (module docstring, kernel 1)."""
     L = cfg.chunk
 
-    def step(c, carry, k_LK, v_LV, w_L1, b_L1):
-        # The chunk's total log decay is b at its last token, which is also b's minimum (lf <= 0,
-        # so b never increases): a reduction instead of a slice, which Triton cannot lower.
-        return _state_update(k_LK, v_LV, w_L1, jnp.min(b_L1, axis=0, keepdims=True), *carry)
+    def step(C_KV, k_LK, v_LV, ks_L1, decay_11):
+        kw_LK = (ks_L1 * k_LK.astype(F32)).astype(k_LK.dtype)
+        return decay_11 * C_KV + _dot(kw_LK, v_LV, (0, 0), cfg)
 
     if cfg.style == "gpu":  # one program walks its chunks
-        nc = k_ref.shape[0] // L
 
-        def body(c, carry):
-            Cs_ref[c] = carry[0]
-            ns_ref[c] = carry[1]
-            ms_ref[c] = carry[2]
+        def body(c, C_KV):
+            Cs_ref[c] = C_KV
             rows = pl.ds(pl.multiple_of(c * L, L), L)
-            tiles = (k_ref[rows, :], v_ref[rows, :], w_ref[rows, :], b_ref[rows, :])
-            return step(c, carry, *tiles)
+            return step(C_KV, k_ref[rows, :], v_ref[rows, :], ks_ref[rows, :], decay_ref[c])
 
-        init = (C0_ref[...].astype(F32), n0_ref[...].astype(F32), m0_ref[...].astype(F32))
-        C, n, m = lax.fori_loop(0, nc, body, init)
-        Cf_ref[...], nf_ref[...], mf_ref[...] = C, n, m
+        nc = k_ref.shape[0] // L
+        Cf_ref[...] = lax.fori_loop(0, nc, body, C0_ref[...].astype(F32))
         return
     # TPU: the chunk grid axis is sequential; the carry lives in VMEM scratch.
-    c = pl.program_id(1)
+    (C_ref,) = scratch
+    c = pl.program_id(3)
 
     @pl.when(c == 0)
     def _init():
-        for ref, src in zip(scratch, (C0_ref, n0_ref, m0_ref), strict=True):
-            ref[...] = src[...].astype(F32)
+        C_ref[...] = C0_ref[...].astype(F32)
 
-    carry = tuple(ref[...] for ref in scratch)
-    Cs_ref[...], ns_ref[...], ms_ref[...] = carry
-    new = step(c, carry, k_ref[...], v_ref[...], w_ref[...], b_ref[...])
-    for ref, value in zip(scratch, new, strict=True):
-        ref[...] = value
+    Cs_ref[...] = C_ref[...]
+    C_ref[...] = step(C_ref[...], k_ref[...], v_ref[...], ks_ref[...], decay_ref[...])
 
-    @pl.when(c == pl.num_programs(1) - 1)
+    @pl.when(c == pl.num_programs(3) - 1)
     def _final():
-        Cf_ref[...], nf_ref[...], mf_ref[...] = new
+        Cf_ref[...] = C_ref[...]
+
+
+def _decay_weights(i_ref, bc_ref, br_ref, L: int):
+    """``D_ts = b_t - b_s + i_s`` for ``s <= t`` (else NEG) of one chunk."""
+    t = lax.broadcasted_iota(jnp.int32, (L, L), 0)
+    s = lax.broadcasted_iota(jnp.int32, (L, L), 1)
+    return jnp.where(t >= s, bc_ref[...] - br_ref[...] + i_ref[...], NEG)
 
 
 def _output_kernel(q_ref, k_ref, v_ref, i_ref, bc_ref, br_ref, C_ref, n_ref, m_ref, h_ref,
                    mt_ref, nq_ref, *, cfg: _Static):  # fmt: skip
+    """One chunk's outputs in one ``tile_v`` slice of the values (module docstring, kernel 2);
+    ``q·kᵀ``, ``q·C`` and ``q·n`` contract Dk in ``tile_k`` slices."""
     L = cfg.chunk
-    q_LK = q_ref[...]
-    b_L1, b_1L, i_1L = bc_ref[...], br_ref[...], i_ref[...]
-    C_KV, n_1K, m_11 = C_ref[...], n_ref[...], m_ref[...]
-    t = lax.broadcasted_iota(jnp.int32, (L, L), 0)
-    s = lax.broadcasted_iota(jnp.int32, (L, L), 1)
-    D_LL = jnp.where(t >= s, b_L1 - b_1L + i_1L, NEG)
-    init_L1 = b_L1 + m_11
+    n_k, at = _slices(q_ref.shape[-1], cfg.tile_k)
+
+    def body(j, carry):
+        S_LL, qC_LV, qn_L1 = carry
+        q_LK, k_LK = q_ref[:, at(j)], k_ref[:, at(j)]
+        S_LL += _dot(q_LK, k_LK, (1, 1), cfg)
+        qC_LV += _dot(q_LK.astype(F32), C_ref[at(j), :], (1, 0), cfg)
+        qn_L1 += jnp.sum(q_LK.astype(F32) * n_ref[:, at(j)], axis=1, keepdims=True)
+        return S_LL, qC_LV, qn_L1
+
+    init = (jnp.zeros((L, L), F32), jnp.zeros(h_ref.shape, F32), jnp.zeros((L, 1), F32))
+    S_LL, qC_LV, qn_L1 = _loop(n_k, body, init)
+    D_LL = _decay_weights(i_ref, bc_ref, br_ref, L)
+    init_L1 = bc_ref[...] + m_ref[...]
     m_L1 = jnp.maximum(jnp.max(D_LL, axis=1, keepdims=True), init_L1)
-    W_LL = jnp.exp(D_LL - m_L1) * _dot(q_LK, k_ref[...], (1, 1))
+    W_LL = jnp.exp(D_LL - m_L1) * S_LL
     w0_L1 = jnp.exp(init_L1 - m_L1)
-    num_LV = _dot(W_LL.astype(v_ref.dtype), v_ref[...], (1, 0))
-    num_LV += w0_L1 * _dot(q_LK.astype(F32), C_KV, (1, 0))
-    den_L1 = jnp.sum(W_LL, axis=1, keepdims=True)
-    den_L1 += w0_L1 * jnp.sum(q_LK.astype(F32) * n_1K, axis=1, keepdims=True)
+    num_LV = _dot(W_LL.astype(v_ref.dtype), v_ref[...], (1, 0), cfg) + w0_L1 * qC_LV
+    den_L1 = jnp.sum(W_LL, axis=1, keepdims=True) + w0_L1 * qn_L1
     h_ref[...] = (num_LV / (jnp.maximum(jnp.abs(den_L1), jnp.exp(-m_L1)) + cfg.eps)).astype(
         h_ref.dtype
     )
-    mt_ref[...], nq_ref[...] = m_L1, den_L1  # the backward's residuals: stabiliser, signed sum
+    # The backward's residuals: stabiliser and signed sum (the same in every value slice).
+    mt_ref[...], nq_ref[...] = m_L1, den_L1
 
 
-def _dstate_kernel(q_ref, dnum_ref, dnq_ref, w0_ref, decay_ref, *refs, cfg: _Static):
-    """The state cotangents, chunks in reverse (module docstring, reverse state kernel)."""
-    dCe_ref, dne_ref, dC0_ref, dn0_ref, *scratch = refs
+def _dstate_kernel(
+    q_ref, dnum_ref, w0_ref, decay_ref, dC1_ref, dCe_ref, dC0_ref, *scratch, cfg: _Static
+):
+    """One ``(tile_k, tile_v)`` tile of the state cotangent ``dC``, chunks in reverse from
+    ``dC1`` after the last one (zero: the final state has no cotangent; module docstring,
+    reverse state kernel)."""
     L = cfg.chunk
 
-    def step(carry, q_LK, dnum_LV, dnq_L1, w0_L1, decay_11):
-        dC_KV, dn_1K = carry
-        qw_LK = w0_L1 * q_LK.astype(F32)
-        dC_KV = decay_11 * dC_KV + _dot(qw_LK, dnum_LV, (0, 0))
-        dn_1K = decay_11 * dn_1K + jnp.sum(dnq_L1 * qw_LK, axis=0, keepdims=True)
-        return dC_KV, dn_1K
+    def step(dC_KV, q_LK, dnum_LV, w0_L1, decay_11):
+        return decay_11 * dC_KV + _dot(w0_L1 * q_LK.astype(F32), dnum_LV, (0, 0), cfg)
 
     if cfg.style == "gpu":  # one program walks its chunks backwards
         nc = q_ref.shape[0] // L
 
-        def body(j, carry):
+        def body(j, dC_KV):
             c = nc - 1 - j
-            dCe_ref[c] = carry[0]
-            dne_ref[c] = carry[1]
+            dCe_ref[c] = dC_KV
             rows = pl.ds(pl.multiple_of(c * L, L), L)
-            tiles = (q_ref[rows, :], dnum_ref[rows, :], dnq_ref[rows, :], w0_ref[rows, :])
-            return step(carry, *tiles, decay_ref[c])
+            return step(dC_KV, q_ref[rows, :], dnum_ref[rows, :], w0_ref[rows, :], decay_ref[c])
 
-        init = (jnp.zeros(dC0_ref.shape, F32), jnp.zeros(dn0_ref.shape, F32))
-        dC, dn = lax.fori_loop(0, nc, body, init)
-        dC0_ref[...], dn0_ref[...] = dC, dn
+        dC0_ref[...] = lax.fori_loop(0, nc, body, dC1_ref[...])
         return
     # TPU: the chunk grid axis is sequential and its index maps run it backwards.
-    c = pl.program_id(1)
+    (dC_ref,) = scratch
+    c = pl.program_id(3)
 
     @pl.when(c == 0)
     def _init():
-        for ref in scratch:
-            ref[...] = jnp.zeros(ref.shape, F32)
+        dC_ref[...] = dC1_ref[...]
 
-    carry = tuple(ref[...] for ref in scratch)
-    dCe_ref[...], dne_ref[...] = carry
-    tiles = (q_ref[...], dnum_ref[...], dnq_ref[...], w0_ref[...], decay_ref[...])
-    new = step(carry, *tiles)
-    for ref, value in zip(scratch, new, strict=True):
-        ref[...] = value
+    dCe_ref[...] = dC_ref[...]
+    dC_ref[...] = step(dC_ref[...], q_ref[...], dnum_ref[...], w0_ref[...], decay_ref[...])
 
-    @pl.when(c == pl.num_programs(1) - 1)
+    @pl.when(c == pl.num_programs(3) - 1)
     def _final():
-        dC0_ref[...], dn0_ref[...] = new
+        dC0_ref[...] = dC_ref[...]
 
 
-def _dchunk_kernel(q_ref, k_ref, v_ref, dnum_ref, dnq_ref, i_ref, bc_ref, br_ref, mt_ref, w0_ref,
-                   e_ref, C_ref, n_ref, dC_ref, dn_ref, dq_ref, dk_ref, dv_ref, *,
-                   cfg: _Static):  # fmt: skip
-    """dq~, dk, dv of one chunk (module docstring, intra-chunk kernel)."""
+def _dqk_kernel(q_ref, k_ref, v_ref, dnum_ref, dnq_ref, i_ref, bc_ref, br_ref, mt_ref, w0_ref,
+                e_ref, C_ref, n_ref, dC_ref, dn_ref, dq_ref, dk_ref, *, cfg: _Static):  # fmt: skip
+    """dq~ and dk of one chunk in one ``tile_k`` slice of the keys (module docstring,
+    intra-chunk kernel); ``dnum·vᵀ``, ``dnum·Cᵀ`` and ``v·dCᵀ`` contract Dv in slices."""
     L = cfg.chunk
-    q_LK, k_LK, v_LV = q_ref[...], k_ref[...], v_ref[...]
-    lo = v_LV.dtype  # token-token products run in the input dtype, float32 accumulation
-    dnum_LV, dnq_L1 = dnum_ref[...], dnq_ref[...]
-    w0_L1, e_L1 = w0_ref[...], e_ref[...]
-    dC_KV, dn_1K = dC_ref[...], dn_ref[...]
-    t = lax.broadcasted_iota(jnp.int32, (L, L), 0)
-    s = lax.broadcasted_iota(jnp.int32, (L, L), 1)
-    D_LL = jnp.where(t >= s, bc_ref[...] - br_ref[...] + i_ref[...], NEG)
-    A_LL = jnp.exp(D_LL - mt_ref[...])  # the forward's decay weights, recomputed
-    dP_LL = A_LL * (_dot(dnum_LV.astype(lo), v_LV, (1, 1)) + dnq_L1)
-    dPlo_LL = dP_LL.astype(lo)
-    dq_LK = _dot(dPlo_LL, k_LK, (1, 0))
-    dq_LK += w0_L1 * (_dot(dnum_LV, C_ref[...], (1, 1)) + dnq_L1 * n_ref[...])
-    dk_LK = _dot(dPlo_LL, q_LK, (0, 0))
-    dk_LK += e_L1 * (_dot(v_LV.astype(F32), dC_KV, (1, 1)) + dn_1K)
-    AS_LL = (A_LL * _dot(q_LK, k_LK, (1, 1))).astype(lo)
-    dv_LV = _dot(AS_LL, dnum_LV.astype(lo), (0, 0))
-    dv_LV += e_L1 * _dot(k_LK.astype(F32), dC_KV, (1, 0))
-    dq_ref[...], dk_ref[...], dv_ref[...] = dq_LK, dk_LK, dv_LV
+    lo = v_ref.dtype  # token-token products run in the input dtype, float32 accumulation
+    n_v, at = _slices(v_ref.shape[-1], cfg.tile_v)
+
+    def body(j, carry):
+        dPv_LL, dqC_LK, dkC_LK = carry
+        dnum_LV, v_LV = dnum_ref[:, at(j)], v_ref[:, at(j)]
+        dPv_LL += _dot(dnum_LV.astype(lo), v_LV, (1, 1), cfg)
+        dqC_LK += _dot(dnum_LV, C_ref[:, at(j)], (1, 1), cfg)
+        dkC_LK += _dot(v_LV.astype(F32), dC_ref[:, at(j)], (1, 1), cfg)
+        return dPv_LL, dqC_LK, dkC_LK
+
+    init = (jnp.zeros((L, L), F32), jnp.zeros(dq_ref.shape, F32), jnp.zeros(dk_ref.shape, F32))
+    dPv_LL, dqC_LK, dkC_LK = _loop(n_v, body, init)
+    dnq_L1 = dnq_ref[...]
+    A_LL = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])  # recomputed weights
+    dPlo_LL = (A_LL * (dPv_LL + dnq_L1)).astype(lo)
+    dq_ref[...] = _dot(dPlo_LL, k_ref[...], (1, 0), cfg) + w0_ref[...] * (
+        dqC_LK + dnq_L1 * n_ref[...]
+    )
+    dk_ref[...] = _dot(dPlo_LL, q_ref[...], (0, 0), cfg) + e_ref[...] * (dkC_LK + dn_ref[...])
+
+
+def _dv_kernel(q_ref, k_ref, dnum_ref, i_ref, bc_ref, br_ref, mt_ref, e_ref, dC_ref, dv_ref, *,
+               cfg: _Static):  # fmt: skip
+    """dv of one chunk in one ``tile_v`` slice of the values; ``q·kᵀ`` and ``k·dC`` contract Dk
+    in slices."""
+    L = cfg.chunk
+    lo = q_ref.dtype
+    n_k, at = _slices(q_ref.shape[-1], cfg.tile_k)
+
+    def body(j, carry):
+        S_LL, kdC_LV = carry
+        k_LK = k_ref[:, at(j)]
+        S_LL += _dot(q_ref[:, at(j)], k_LK, (1, 1), cfg)
+        kdC_LV += _dot(k_LK.astype(F32), dC_ref[at(j), :], (1, 0), cfg)
+        return S_LL, kdC_LV
+
+    S_LL, kdC_LV = _loop(n_k, body, (jnp.zeros((L, L), F32), jnp.zeros(dv_ref.shape, F32)))
+    A_LL = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])
+    AS_LL = (A_LL * S_LL).astype(lo)
+    dv_ref[...] = _dot(AS_LL, dnum_ref[...].astype(lo), (0, 0), cfg) + e_ref[...] * kdC_LV
 
 
 # --------------------------------------------------------------------------------- plumbing
@@ -291,8 +329,42 @@ def _gates(i_GS, f_GS, L):
     return i, b.reshape(G, -1), a.reshape(G, -1) + i
 
 
-def _pad_seq(x, Sp):
-    return jnp.pad(x, ((0, 0), (0, Sp - x.shape[1]), (0, 0)))
+def _stabilisers(b, w, m0, L):
+    """The chunk-boundary stabilisers from the gates alone (O(S), in jnp): ``m_{c+1} =
+    max(g_c + m_c, max_t w_t)`` with ``g_c`` chunk c's total log decay. The max-plus recurrence
+    is associative, so it runs as a scan of depth log(chunks). Returns the ``m`` at every chunk
+    start ``(G, nc)`` and the final one ``(G,)``."""
+    G = b.shape[0]
+    g = b.reshape(G, -1, L)[..., -1]
+    top = jnp.max(w.reshape(G, -1, L), axis=-1)
+
+    def combine(x, y):  # x then y: m -> max(g_y + max(g_x + m, W_x), W_y)
+        return x[0] + y[0], jnp.maximum(x[1] + y[0], y[1])
+
+    total, best = lax.associative_scan(combine, (g, top), axis=1)
+    after = jnp.maximum(total + m0[:, None], best)  # m at every chunk end
+    return jnp.concatenate([m0[:, None], after[:, :-1]], axis=1), after[:, -1]
+
+
+def _linear_scan(decay, add, x0, reverse=False):
+    """``x_{c+1} = decay_c x_c + add_c`` along axis 1 from ``x0`` (``reverse``: from the last
+    chunk down, ``x_c = decay_c x_{c+1} + add_c`` from ``x_nc = x0``), as an associative scan.
+    Returns the value before each step ``(G, nc, D)`` and after the last one ``(G, D)``."""
+
+    def combine(x, y):  # x then y (in scan order)
+        return x[0] * y[0], y[0] * x[1] + y[1]
+
+    a, b = lax.associative_scan(combine, (decay[..., None], add), axis=1, reverse=reverse)
+    after = a * x0[:, None] + b  # the value after each step
+    if reverse:
+        before = jnp.concatenate([after[:, 1:], x0[:, None]], axis=1)
+        return before, after[:, 0]
+    return jnp.concatenate([x0[:, None], after[:, :-1]], axis=1), after[:, -1]
+
+
+def _pad(x, Sp, D):
+    """``(G, S, d)`` zero-padded to ``(G, Sp, D)``."""
+    return jnp.pad(x, ((0, 0), (0, Sp - x.shape[1]), (0, D - x.shape[2])))
 
 
 def _col(x):  # (G, Sp) -> (G, Sp, 1): a column per chunk
@@ -303,37 +375,11 @@ def _row(x, L):  # (G, Sp) -> (G, nc, 1, L): a row per chunk
     return x.reshape(x.shape[0], -1, 1, L)
 
 
-def _compiler_params(cfg: _Static, semantics: tuple[str, str]):
-    if cfg.style == "gpu":
-        return plgpu.CompilerParams(num_warps=4, num_stages=1)
-    return pltpu.CompilerParams(dimension_semantics=semantics)
-
-
-def _chunk_specs(L: int):
-    """BlockSpecs of the per-chunk kernels (grid (G, nc)): a chunk of tokens, a per-chunk array."""
-    chunk = lambda d: pl.BlockSpec((None, L, d), lambda g, c: (g, c, 0))  # noqa: E731
-    one = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, c, 0, 0))  # noqa: E731
-    return chunk, one
-
-
-def _sequential_specs(cfg: _Static, Sp: int, nc: int, reverse: bool):
-    """BlockSpecs of the state kernels: a token array, per-chunk states, one state per program.
-
-    GPU style: grid (G,), each program sees its whole sequence. TPU style: grid (G, nc), the chunk
-    axis sequential, visited from the last chunk when ``reverse``.
-    """
-    per_g = lambda *shape: pl.BlockSpec((None, *shape), lambda g, *c: (g,) + (0,) * len(shape))  # noqa: E731
-    if cfg.style == "gpu":
-        seq = lambda d: pl.BlockSpec((None, Sp, d), lambda g: (g, 0, 0))  # noqa: E731
-        starts = lambda *shape: pl.BlockSpec((None, nc, *shape), lambda g: (g, 0, 0, 0))  # noqa: E731
-        return (), seq, starts, per_g
-    at = (lambda c: nc - 1 - c) if reverse else (lambda c: c)
-    seq = lambda d: pl.BlockSpec((None, cfg.chunk, d), lambda g, c: (g, at(c), 0))  # noqa: E731
-    starts = lambda *shape: pl.BlockSpec((None, None, *shape), lambda g, c: (g, at(c), 0, 0))  # noqa: E731
-    return (nc,), seq, starts, per_g
-
-
 def _call(kernel, cfg: _Static, grid, in_specs, out_specs, out_shape, scratch, semantics, name):
+    if cfg.style == "gpu":
+        params = plgpu.CompilerParams(num_warps=4, num_stages=1)
+    else:
+        params = pltpu.CompilerParams(dimension_semantics=semantics)
     call = pl.pallas_call(
         functools.partial(kernel, cfg=cfg),
         grid=grid,
@@ -341,109 +387,191 @@ def _call(kernel, cfg: _Static, grid, in_specs, out_specs, out_shape, scratch, s
         out_specs=out_specs,
         out_shape=out_shape,
         scratch_shapes=scratch if cfg.style == "tpu" else [],
-        compiler_params=_compiler_params(cfg, semantics),
+        compiler_params=params,
         interpret=cfg.interpret,
         name=name,
     )
     return native_call(call, out_shape, cfg.style, cfg.interpret)
 
 
+def _state_call(kernel, cfg: _Static, tiled, per_chunk, state0, reverse: bool, name: str):
+    """A state kernel: grid ``(G, Dk tiles, Dv tiles)`` (GPU; each program walks the chunks) or
+    ``(G, Dk tiles, Dv tiles, chunks)`` (TPU; the chunk axis sequential, reversed for the
+    backward). ``tiled``: ``(G, Sp, Dk)`` and ``(G, Sp, Dv)`` token arrays; ``per_chunk``: the
+    ``(G, Sp, 1)`` token column and ``(G, nc, 1, 1)`` chunk decays; ``state0``: ``(G, Dk, Dv)``.
+    Returns the tile at every chunk boundary ``(G, nc, Dk, Dv)`` and the last one."""
+    (a, b), (col, decay) = tiled, per_chunk
+    G, Sp, Dk = a.shape
+    Dv, L, tk, tv = b.shape[-1], cfg.chunk, cfg.tile_k, cfg.tile_v
+    nc = Sp // L
+    tiles = (G, Dk // tk, Dv // tv)
+    shapes = [jax.ShapeDtypeStruct((G, nc, Dk, Dv), F32), jax.ShapeDtypeStruct((G, Dk, Dv), F32)]
+    state = pl.BlockSpec((None, tk, tv), lambda g, x, y, *c: (g, x, y))
+    if cfg.style == "gpu":
+        grid = tiles
+        seq = lambda w, ix: pl.BlockSpec((None, Sp, w), lambda g, x, y: (g, 0, ix(x, y)))  # noqa: E731
+        decays = pl.BlockSpec((None, nc, 1, 1), lambda g, x, y: (g, 0, 0, 0))
+        starts = pl.BlockSpec((None, nc, tk, tv), lambda g, x, y: (g, 0, x, y))
+    else:
+        grid = (*tiles, nc)
+        at = (lambda c: nc - 1 - c) if reverse else (lambda c: c)
+        seq = lambda w, ix: pl.BlockSpec(  # noqa: E731
+            (None, L, w), lambda g, x, y, c: (g, at(c), ix(x, y))
+        )
+        decays = pl.BlockSpec((None, None, 1, 1), lambda g, x, y, c: (g, at(c), 0, 0))
+        starts = pl.BlockSpec((None, None, tk, tv), lambda g, x, y, c: (g, at(c), x, y))
+    in_specs = [seq(tk, lambda x, y: x), seq(tv, lambda x, y: y), seq(1, lambda x, y: 0), decays,
+                state]  # fmt: skip
+    call = _call(
+        kernel, cfg, grid, in_specs, [starts, state], shapes, [pltpu.VMEM((tk, tv), F32)],
+        ("parallel", "parallel", "parallel", "arbitrary"), name,
+    )  # fmt: skip
+    return call(a, b, col, decay, state0)
+
+
+def _chunk_specs(cfg: _Static, tile: int):
+    """BlockSpecs of the per-chunk kernels, grid ``(G, nc, tiles)``: a chunk of tokens in full
+    width or in the program's tile, a per-chunk row, a per-chunk state block (full or tiled)."""
+    L = cfg.chunk
+    full = lambda d: pl.BlockSpec((None, L, d), lambda g, c, x: (g, c, 0))  # noqa: E731
+    mine = pl.BlockSpec((None, L, tile), lambda g, c, x: (g, c, x))
+    row = pl.BlockSpec((None, None, 1, L), lambda g, c, x: (g, c, 0, 0))
+
+    def state(rows, cols, tiled_axis):  # (G, nc, rows, cols), tiled along axis 2 or 3 (or none)
+        block = [None, None, rows, cols]
+        if tiled_axis is not None:
+            block[tiled_axis] = tile
+        return pl.BlockSpec(
+            tuple(block),
+            lambda g, c, x: (g, c) + tuple(x if a == tiled_axis else 0 for a in (2, 3)),
+        )
+
+    return full, mine, row, state
+
+
+def _fit_tiles(Dk: int, Dv: int, chunk: int, dtype, block_d, style: Style, native: bool):
+    """The head-dim tile (``block_d``, or from the shared-memory estimate on GPUs) and the
+    padded ``(Dk, Dv)``: each dim a multiple of its tile, and on native GPUs a power of two
+    >= 16 (Triton's tiles)."""
+    if block_d is None and style == "tpu":
+        block_d = max(Dk, Dv)
+    if block_d is None:
+        budget, block_d = smem_budget(), MIN_GPU_TILE
+        for d in (128, 64, 32, 16):
+            if max(mlstm_bytes(chunk, d, dtype).values()) <= budget:
+                block_d = d
+                break
+
+    def fit(D):
+        if D > block_d:
+            return round_up(D, block_d), block_d
+        Dp = max(MIN_GPU_TILE, pow2_at_least(D)) if native else D
+        return Dp, Dp
+
+    (Dkp, tk), (Dvp, tv) = fit(Dk), fit(Dv)
+    return Dkp, Dvp, tk, tv
+
+
 def _forward(q, k, v, i, f, C0, n0, m0, cfg: _Static):
-    """Both kernels on ``(G, S, .)`` operands (G = batch x heads): ``h``, the final state and the
-    backward's residuals (padded ``h``, per-token ``m_t`` and ``nq_t``, the chunk-start states)."""
+    """The kernels on ``(G, S, .)`` operands (G = batch x heads; head dims padded to the tiles):
+    ``h``, the final state and the backward's residuals (padded ``h``, per-token ``m_t`` and
+    ``nq_t``, the chunk-start states and stabilisers)."""
     G, S, Dk = q.shape
     Dv = v.shape[-1]
+    Dkp, Dvp = _padded_dims(cfg, Dk, Dv)
     L = cfg.chunk
-    Sp = -(-S // L) * L
+    Sp = round_up(S, L)
     nc = Sp // L
-    q, k, v = (_pad_seq(x, Sp) for x in (q * Dk**-0.5, k, v))
+    qs, kp, vp = _pad(q * Dk**-0.5, Sp, Dkp), _pad(k, Sp, Dkp), _pad(v, Sp, Dvp)
     i_p, b, w = _gates(i, f, L)
-    C0, n0, m0 = C0.astype(F32), n0.astype(F32)[:, None], m0.astype(F32)[:, None, None]
-    state_shapes = [
-        jax.ShapeDtypeStruct((G, nc, Dk, Dv), F32),
-        jax.ShapeDtypeStruct((G, nc, 1, Dk), F32),
-        jax.ShapeDtypeStruct((G, nc, 1, 1), F32),
-        jax.ShapeDtypeStruct((G, Dk, Dv), F32),
-        jax.ShapeDtypeStruct((G, 1, Dk), F32),
-        jax.ShapeDtypeStruct((G, 1, 1), F32),
-    ]
-    chunks, seq, starts, per_g = _sequential_specs(cfg, Sp, nc, reverse=False)
-    state_call = _call(
-        _state_kernel, cfg, (G, *chunks),
-        [seq(Dk), seq(Dv), seq(1), seq(1), per_g(Dk, Dv), per_g(1, Dk), per_g(1, 1)],
-        [starts(Dk, Dv), starts(1, Dk), starts(1, 1), per_g(Dk, Dv), per_g(1, Dk), per_g(1, 1)],
-        state_shapes,
-        [pltpu.VMEM((Dk, Dv), F32), pltpu.VMEM((1, Dk), F32), pltpu.VMEM((1, 1), F32)],
-        ("parallel", "arbitrary"), "mlstm_states",
+    C0p = jnp.pad(C0.astype(F32), ((0, 0), (0, Dkp - Dk), (0, Dvp - Dv)))
+    n0p = jnp.pad(n0.astype(F32), ((0, 0), (0, Dkp - Dk)))
+    m_start, m_final = _stabilisers(b, w, m0.astype(F32), L)
+    m_end = jnp.concatenate([m_start[:, 1:], m_final[:, None]], axis=1)
+    decay = jnp.exp(b.reshape(G, nc, L)[..., -1] + m_start - m_end)  # (G, nc)
+    ks = jnp.exp(w.reshape(G, nc, L) - m_end[..., None])  # token weights in the chunk-end state
+    Cs, Cf = _state_call(
+        _state_kernel, cfg, (kp, vp), (ks.reshape(G, Sp, 1), decay[..., None, None]), C0p,
+        reverse=False, name="mlstm_states",
     )  # fmt: skip
-    Cs, ns, ms, Cf, nf, mf = state_call(k, v, _col(w), _col(b), C0, n0, m0)
+    # n is C with one value column: its recurrence is O(S Dk), in jnp (the same rounding of the
+    # weighted keys as the state kernel's).
+    kw = (ks[..., None] * kp.reshape(G, nc, L, Dkp).astype(F32)).astype(k.dtype).astype(F32)
+    ns, nf = _linear_scan(decay, jnp.sum(kw, axis=2), n0p)
 
-    chunk, one = _chunk_specs(L)
-    out_shapes = [jax.ShapeDtypeStruct((G, Sp, d), F32) for d in (Dv, 1, 1)]
+    full, mine, row, state = _chunk_specs(cfg, cfg.tile_v)
+    out_shapes = [jax.ShapeDtypeStruct((G, Sp, d), F32) for d in (Dvp, 1, 1)]
     out_call = _call(
-        _output_kernel, cfg, (G, nc),
-        [chunk(Dk), chunk(Dk), chunk(Dv), one(1, L), chunk(1), one(1, L), one(Dk, Dv),
-         one(1, Dk), one(1, 1)],
-        [chunk(Dv), chunk(1), chunk(1)], out_shapes, [], ("parallel", "parallel"), "mlstm_outputs",
+        _output_kernel, cfg, (G, nc, Dvp // cfg.tile_v),
+        [full(Dkp), full(Dkp), mine, row, full(1), row, state(Dkp, Dvp, 3), state(1, Dkp, None),
+         state(1, 1, None)],
+        [mine, full(1), full(1)], out_shapes, [], ("parallel", "parallel", "arbitrary"),
+        "mlstm_outputs",
     )  # fmt: skip
-    h, m_t, nq = out_call(q, k, v, _row(i_p, L), _col(b), _row(b, L), Cs, ns, ms)
-    return h[:, :S], (Cf, nf[:, 0], mf[:, 0, 0]), (h, m_t, nq, Cs, ns, ms, mf)
+    ms = m_start[..., None, None]
+    h, m_t, nq = out_call(qs, kp, vp, _row(i_p, L), _col(b), _row(b, L), Cs, ns[:, :, None], ms)
+    final = (Cf[:, :Dk, :Dv], nf[:, :Dk], m_final)
+    return h[:, :S, :Dv], final, (h, m_t, nq, Cs, ns, m_start, m_final)
 
 
-def _backward(cfg: _Static, q, k, v, i, f, C0, n0, m0, h, m_t, nq, Cs, ns, ms, mf, dh):
-    """The two backward kernels and the gate formulas (module docstring): the gradients of
+def _padded_dims(cfg: _Static, Dk: int, Dv: int) -> tuple[int, int]:
+    return round_up(Dk, cfg.tile_k), round_up(Dv, cfg.tile_v)
+
+
+def _backward(cfg: _Static, q, k, v, i, f, C0, n0, m0, h, m_t, nq, Cs, ns, m_start, m_final, dh):
+    """The backward kernels and the gate formulas (module docstring): the gradients of
     ``(q, k, v, i, f, C0, n0, m0)`` for the cotangent ``dh`` of ``h``."""
     G, S, Dk = q.shape
     Dv = v.shape[-1]
+    Dkp, Dvp = _padded_dims(cfg, Dk, Dv)
     L = cfg.chunk
-    Sp = -(-S // L) * L
+    Sp = round_up(S, L)
     nc = Sp // L
-    qs, kp, vp = (_pad_seq(x, Sp) for x in (q * Dk**-0.5, k, v))
+    qs, kp, vp = _pad(q * Dk**-0.5, Sp, Dkp), _pad(k, Sp, Dkp), _pad(v, Sp, Dvp)
     i_p, b, w = _gates(i, f, L)
     # Per-token cotangents of the numerator and of the signed normaliser sum nq (padded rows: 0).
     floor = jnp.exp(-m_t)
-    dnum = _pad_seq(dh.astype(F32), Sp) / (jnp.maximum(jnp.abs(nq), floor) + cfg.eps)
+    dnum = _pad(dh.astype(F32), Sp, Dvp) / (jnp.maximum(jnp.abs(nq), floor) + cfg.eps)
     hdnum = jnp.sum(h * dnum, axis=-1, keepdims=True)
     dnq = jnp.where(jnp.abs(nq) > floor, -jnp.sign(nq) * hdnum, 0.0)
     # O(S) weights from the saved stabilisers: w0 (chunk-start state in h_t), e (token s in the
     # chunk-end state), decay (chunk start to chunk end).
-    m_start = ms[:, :, 0, 0]
-    m_end = jnp.concatenate([m_start[:, 1:], mf[:, 0]], axis=1)  # (G, nc)
+    m_end = jnp.concatenate([m_start[:, 1:], m_final[:, None]], axis=1)  # (G, nc)
     b_c, w_c = b.reshape(G, nc, L), w.reshape(G, nc, L)
     w0 = jnp.exp(b_c + m_start[..., None] - m_t.reshape(G, nc, L)).reshape(G, Sp, 1)
     e = jnp.exp(w_c - m_end[..., None]).reshape(G, Sp, 1)
-    decay = jnp.exp(b_c[..., -1] + m_start - m_end)[..., None, None]
+    decay = jnp.exp(b_c[..., -1] + m_start - m_end)  # (G, nc)
 
-    chunks, seq, starts, per_g = _sequential_specs(cfg, Sp, nc, reverse=True)
-    dstate_shapes = [
-        jax.ShapeDtypeStruct((G, nc, Dk, Dv), F32),
-        jax.ShapeDtypeStruct((G, nc, 1, Dk), F32),
-        jax.ShapeDtypeStruct((G, Dk, Dv), F32),
-        jax.ShapeDtypeStruct((G, 1, Dk), F32),
-    ]
-    dstate_call = _call(
-        _dstate_kernel, cfg, (G, *chunks),
-        [seq(Dk), seq(Dv), seq(1), seq(1), starts(1, 1)],
-        [starts(Dk, Dv), starts(1, Dk), per_g(Dk, Dv), per_g(1, Dk)],
-        dstate_shapes, [pltpu.VMEM((Dk, Dv), F32), pltpu.VMEM((1, Dk), F32)],
-        ("parallel", "arbitrary"), "mlstm_dstates",
+    dCe, dC0 = _state_call(
+        _dstate_kernel, cfg, (qs, dnum), (w0, decay[..., None, None]), jnp.zeros((G, Dkp, Dvp)),
+        reverse=True, name="mlstm_dstates",
     )  # fmt: skip
-    dCe, dne, dC0, dn0 = dstate_call(qs, dnum, dnq, w0, decay)
+    # dn is dC's one-column twin: dn at a chunk's start = decay · dn at its end + sum_t dnq w0 q.
+    qw = (dnq * w0).reshape(G, nc, L, 1) * qs.reshape(G, nc, L, Dkp).astype(F32)
+    dne, dn0 = _linear_scan(decay, jnp.sum(qw, axis=2), jnp.zeros((G, Dkp)), reverse=True)
 
-    chunk, one = _chunk_specs(L)
-    grad_shapes = [jax.ShapeDtypeStruct((G, Sp, d), F32) for d in (Dk, Dk, Dv)]
-    dchunk_call = _call(
-        _dchunk_kernel, cfg, (G, nc),
-        [chunk(Dk), chunk(Dk), chunk(Dv), chunk(Dv), chunk(1), one(1, L), chunk(1), one(1, L),
-         chunk(1), chunk(1), chunk(1), one(Dk, Dv), one(1, Dk), one(Dk, Dv), one(1, Dk)],
-        [chunk(Dk), chunk(Dk), chunk(Dv)], grad_shapes, [], ("parallel", "parallel"),
-        "mlstm_dchunks",
+    rows = (_row(i_p, L), _col(b), _row(b, L), m_t)
+    full, mine, row, state = _chunk_specs(cfg, cfg.tile_k)
+    dqk_call = _call(
+        _dqk_kernel, cfg, (G, nc, Dkp // cfg.tile_k),
+        [mine, mine, full(Dvp), full(Dvp), full(1), row, full(1), row, full(1), full(1), full(1),
+         state(Dkp, Dvp, 2), state(1, Dkp, 3), state(Dkp, Dvp, 2), state(1, Dkp, 3)],
+        [mine, mine], [jax.ShapeDtypeStruct((G, Sp, Dkp), F32)] * 2,
+        [], ("parallel", "parallel", "parallel"), "mlstm_dqk",
     )  # fmt: skip
-    dq, dk, dv = dchunk_call(
-        qs, kp, vp, dnum, dnq, _row(i_p, L), _col(b), _row(b, L), m_t, w0, e, Cs, ns, dCe, dne
+    dq, dk = dqk_call(qs, kp, vp, dnum, dnq, *rows, w0, e, Cs, ns[:, :, None], dCe, dne[:, :, None])
+    full, mine, row, state = _chunk_specs(cfg, cfg.tile_v)
+    dv_call = _call(
+        _dv_kernel, cfg, (G, nc, Dvp // cfg.tile_v),
+        [full(Dkp), full(Dkp), mine, row, full(1), row, full(1), full(1), state(Dkp, Dvp, 3)],
+        [mine], [jax.ShapeDtypeStruct((G, Sp, Dvp), F32)], [],
+        ("parallel", "parallel", "parallel"), "mlstm_dv",
+    )  # fmt: skip
+    (dv,) = dv_call(qs, kp, dnum, *rows, e, dCe)
+    dq = dq[:, :S, :Dk] * Dk**-0.5
+    return _gate_grads(
+        q, k, f, C0, n0, dq, dk[:, :S, :Dk], dv[:, :S, :Dv], dC0[:, :Dk, :Dv], dn0[:, :Dk]
     )
-    dq = dq[:, :S] * Dk**-0.5
-    return _gate_grads(q, k, f, C0, n0, dq, dk[:, :S], dv[:, :S], dC0, dn0[:, 0])
 
 
 def _gate_grads(q, k, f, C0, n0, dq, dk, dv, dC0, dn0):
@@ -455,6 +583,18 @@ def _gate_grads(q, k, f, C0, n0, dq, dk, dv, dC0, dn0):
     df = dlf * jax.nn.sigmoid(-f.astype(F32))
     dm0 = jnp.sum(C0 * dC0, axis=(1, 2)) + jnp.sum(n0 * dn0, axis=1)
     return dq, dk, dv, di, df, dC0, dn0, dm0
+
+
+def _state_update(k_LK, v_LV, w_L1, g_11, C_KV, n_1K, m_11):
+    """The state after one chunk in jnp (module docstring, kernel 1); ``w`` = a + i, ``g`` the
+    chunk's decay."""
+    m_new = jnp.maximum(g_11 + m_11, jnp.max(w_L1, axis=0, keepdims=True))
+    decay = jnp.exp(g_11 + m_11 - m_new)
+    kw_LK = (jnp.exp(w_L1 - m_new) * k_LK.astype(F32)).astype(k_LK.dtype)
+    full = lax.Precision.HIGHEST
+    C_KV = decay * C_KV + jnp.einsum("lk,lv->kv", kw_LK, v_LV, precision=full)
+    n_1K = decay * n_1K + jnp.sum(kw_LK.astype(F32), axis=0, keepdims=True)
+    return C_KV, n_1K, m_new
 
 
 def _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, chunk, eps):
@@ -531,14 +671,15 @@ def mlstm_chunkwise(
     backend: str | None = None,
     interpret: bool | None = None,
 ):
-    """The mLSTM cell (module docstring) through the two Pallas kernels.
+    """The mLSTM cell (module docstring) through the Pallas kernels.
 
     Args:
       q, k, v, i, f: as ``jaxlab.methods.xlstm.mlstm`` (q scaled by 1/sqrt(Dqk) here).
       initial_state: ``(C, n, m)`` of shapes (B, NH, Dk, Dv), (B, NH, Dk), (B, NH); default zeros.
       return_state: also return the final state (without gradient).
       eps: added to the normaliser.
-      block_sizes: the chunk length; default :meth:`BlockSizes.for_backend`.
+      block_sizes: the chunk length and head-dim tile; default :meth:`BlockSizes.for_backend`
+        (its ``block_d=None`` fits the tile to the device).
       backend, interpret: kernel style and interpretation (:func:`resolve_backend`).
 
     Returns:
@@ -553,9 +694,19 @@ def mlstm_chunkwise(
         raise KernelConfigError(f"mlstm_chunkwise: gates must be {q.shape[:3]}")
     style, interpret = resolve_backend(backend, interpret)
     blocks = block_sizes or BlockSizes.for_backend(style)
-    cfg = _Static(blocks.chunk, float(eps), style, interpret)
+    if not isinstance(blocks, BlockSizes):
+        raise KernelConfigError(f"block_sizes must be an mLSTM BlockSizes, got {blocks!r}")
+    native_gpu = style == "gpu" and not interpret
+    if native_gpu and min(blocks.chunk, blocks.block_d or MIN_GPU_TILE) < MIN_GPU_TILE:
+        raise KernelConfigError(
+            f"native GPU mLSTM needs chunk and block_d >= 16 (tl.dot); got {blocks}"
+        )
     B, NH, S, Dk = q.shape
     Dv, G = v.shape[-1], B * NH
+    dtype = jnp.promote_types(q.dtype, v.dtype)
+    _, _, tk, tv = _fit_tiles(Dk, Dv, blocks.chunk, dtype, blocks.block_d, style, native_gpu)
+    cfg = _Static(blocks.chunk, tk, tv, float(eps), style, interpret,
+                  f32_precision(style, interpret))  # fmt: skip
     if initial_state is None:
         initial_state = (jnp.zeros((B, NH, Dk, Dv), F32), jnp.zeros((B, NH, Dk), F32),
                          jnp.zeros((B, NH), F32))  # fmt: skip

@@ -9,6 +9,8 @@ floats enabled (solvers compare against float64 references); everything else run
 
 import os
 import shutil
+import subprocess
+import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
@@ -20,12 +22,31 @@ if "xla_force_host_platform_device_count" not in _flags:
 # Level 0 and the loop emitters compile faster and the programs compute the same values up to
 # rounding (the tests' tolerances are for reference-vs-fast-path differences, not for code
 # generation).
-# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for both.
-if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on":
+# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for both. Newer XLAs drop options (JAX 0.11's
+# has no fusion-emitter switch) and abort the process on an unknown one in XLA_FLAGS, so each is
+# set only where this XLA knows it: asked once per run in a child process (the flags must be set
+# before this process starts JAX's backend), and the answer handed to the xdist workers and the
+# run.py processes the tests start through _CHECKED.
+_CHECKED = "JAXLAB_TEST_XLA_FLAGS_CHECKED"
+
+
+def _xla_knows(option: str, value: bool) -> bool:
+    """Whether this jaxlib's XLA accepts the debug option ``option=value`` (as a compile option,
+    which fails with an error where XLA_FLAGS would abort)."""
+    code = f"import jax; jax.jit(lambda x: x).lower(1.0).compile({{{option!r}: {value!r}}})"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
+    return child.returncode == 0
+
+
+if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on" and not os.environ.get(_CHECKED):
     if "xla_backend_optimization_level" not in _flags:
         _flags += " --xla_backend_optimization_level=0"
-    if "xla_cpu_use_fusion_emitters" not in _flags:
+    if "xla_cpu_use_fusion_emitters" not in _flags and _xla_knows(
+        "xla_cpu_use_fusion_emitters", False
+    ):
         _flags += " --xla_cpu_use_fusion_emitters=false"
+    os.environ[_CHECKED] = "1"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("WANDB_SILENT", "true")

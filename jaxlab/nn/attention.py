@@ -98,7 +98,7 @@ def default_impl(platform: str | None = None, seq_len: int | None = None) -> Att
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``; default ``jax.default_backend()``.
       seq_len: number of keys; ``None`` counts as short.
     """
-    if pallas_ready(platform):
+    if pallas_ready(platform, "flash_attention"):
         return AttentionImpl.PALLAS
     if seq_len is not None and seq_len >= CHUNKED_MIN_SEQ_LEN:
         return AttentionImpl.XLA_CHUNKED

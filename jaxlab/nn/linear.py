@@ -120,7 +120,7 @@ def default_matmul_impl(platform: str | None = None) -> MatmulImpl:
     """What ``matmul_impl="auto"`` picks: the Pallas matmul on GPU/TPU once its native lowering has
     passed there (:func:`jaxlab.nn.pallas_switch.pallas_ready`, the same switch as the attention
     kernels), XLA otherwise (on CPU Pallas only interprets)."""
-    return MatmulImpl.PALLAS if pallas_ready(platform) else MatmulImpl.XLA
+    return MatmulImpl.PALLAS if pallas_ready(platform, "matmul") else MatmulImpl.XLA
 
 
 def _normal(rngs: nnx.Rngs, shape, std: float, axes, param_dtype) -> nnx.Param:

@@ -464,7 +464,8 @@ def mlr_attention(
         grow = lambda x: jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
         q, k, v = grow(q), grow(k), grow(v)
         segment_ids = None if segment_ids is None else grow(segment_ids)
-    if impl is AttentionImpl.PALLAS or (impl is AttentionImpl.AUTO and pallas_ready()):
+    auto_pallas = impl is AttentionImpl.AUTO and pallas_ready(kernel="mlr_attention")
+    if impl is AttentionImpl.PALLAS or auto_pallas:
         kwargs = dict(ranks=tuple(ranks), causal=causal, normalize=normalize,
                       segment_ids=segment_ids, alibi_slopes=alibi_slopes,
                       logit_scale=logit_scale, block_len=block_len)  # fmt: skip

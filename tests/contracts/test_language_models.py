@@ -316,7 +316,7 @@ def pallas_switch_on(monkeypatch):
             and module.__name__.startswith("jaxlab")
             and (getattr(module, "pallas_ready", None) is original)
         ):
-            monkeypatch.setattr(module, "pallas_ready", lambda platform=None: True)
+            monkeypatch.setattr(module, "pallas_ready", lambda platform=None, kernel=None: True)
 
 
 CASES = [(name, impl) for name, impls in IMPLS.items() for impl in impls]

@@ -8,11 +8,12 @@ Shapes stay tiny: the interpreter costs a few seconds per case.
 """
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels import KernelConfigError, flash_attention, flash_attention_reference
+from pallas_kernels import KernelConfigError, flash_attention, flash_attention_reference, lower
 from pallas_kernels.flash_attention import BlockSizes
 
 SMALL = BlockSizes(16, 16, 16, 16, 16, 16)
@@ -213,7 +214,8 @@ def test_vmapped_native_kernel_lowers_for_its_platform_only():
     with pytest.raises(KernelConfigError, match="native gpu kernel cannot run on the cpu backend"):
         fn(q)
     triton = jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")
-    exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[triton])(q)
+    with lower.target_device("cuda"):  # an abstract Hopper GPU where this machine has none
+        exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[triton])(q)
     assert exported.out_avals[0].shape == q.shape
 
 
@@ -222,3 +224,37 @@ def test_kernel_traces_under_x64(x64):
     q = jax.random.normal(jax.random.key(0), (1, 40, 2, 8), jnp.float32)
     out = flash_attention(q, q, q, causal=True)
     np.testing.assert_allclose(out, flash_attention_reference(q, q, q, causal=True), atol=2e-5)
+
+
+def _dot_precisions(fn, *args) -> set[str]:
+    """The precisions of the dot_generals inside the kernels that ``fn`` launches."""
+    found = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                found.add(str(eqn.params["precision"]))
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+def test_float32_dots_use_three_tf32_passes_in_native_gpu_kernels_only():
+    """Issue 46's float32 pathology: "HIGHEST" dots lowered to Triton's FMA path (20 ms where XLA
+    took 0.47, pallas_kernels/README.md). Native GPU kernels now ask for three TF32 passes (as
+    accurate, on the tensor cores); the interpreter and TPU kernels keep HIGHEST; ``precision``
+    overrides it; bf16 inputs ask for none (tensor cores)."""
+    q = jnp.ones((1, 64, 2, 64), jnp.float32)
+    native = lambda q, **kw: flash_attention(q, q, q, interpret=False, backend="gpu", **kw)  # noqa: E731
+    assert _dot_precisions(native, q) == {str(jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3)}
+    tf32 = jax.lax.DotAlgorithmPreset.TF32_TF32_F32
+    assert _dot_precisions(lambda q: native(q, precision=tf32), q) == {str(tf32)}
+    interpreted = lambda q: flash_attention(q, q, q, interpret=True, backend="gpu")  # noqa: E731
+    assert _dot_precisions(interpreted, q) == {str((jax.lax.Precision.HIGHEST,) * 2)}
+    tpu = lambda q: flash_attention(q, q, q, interpret=False, backend="tpu")  # noqa: E731
+    assert _dot_precisions(tpu, jnp.ones((1, 128, 2, 64))) == {
+        str((jax.lax.Precision.HIGHEST,) * 2)
+    }
+    assert _dot_precisions(native, q.astype(jnp.bfloat16)) == {"None"}

@@ -161,8 +161,25 @@ def test_auto_matmul_impl_follows_the_hardware_switch(monkeypatch):
 
     monkeypatch.delenv(pallas_switch.PALLAS_ENV, raising=False)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla"] * 3
-    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", True)
+    table = {p: dict.fromkeys(pallas_switch.KERNELS, True) for p in ("gpu", "tpu")}
+    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", table)
     assert [default_matmul_impl(p) for p in ("cpu", "gpu", "tpu")] == ["xla", "pallas", "pallas"]
+
+
+def test_auto_is_per_kernel_as_measured(monkeypatch):
+    """The shipped table: on GPUs only the mLSTM was measured at least as fast as its XLA path
+    (pallas_kernels/README.md); every kernel stays off on TPUs (unmeasured) and on the CPU."""
+    from jaxlab.core.errors import ConfigError
+    from jaxlab.nn.pallas_switch import KERNELS, PALLAS_ENV, pallas_ready
+
+    monkeypatch.delenv(PALLAS_ENV, raising=False)
+    assert [k for k in KERNELS if pallas_ready("gpu", k)] == ["mlstm"]
+    assert not any(pallas_ready(p, k) for p in ("tpu", "cpu") for k in KERNELS)
+    assert not pallas_ready("gpu")  # None: only when every kernel is verified
+    monkeypatch.setenv(PALLAS_ENV, "on")
+    assert all(pallas_ready("gpu", k) for k in KERNELS) and not pallas_ready("cpu", "mlstm")
+    with pytest.raises(ConfigError, match="unknown kernel 'conv'"):
+        pallas_ready("gpu", "conv")
 
 
 def test_models_run_their_mlps_through_the_pallas_matmul():

@@ -92,6 +92,9 @@ def assert_close(got, want, tol=FP32_TOL, names=("out", "dq", "dk", "dv")):
 class TestMLRAttention:
     BACKEND = None  # the default style for the platform: the GPU style on CPU
     CASES = CASES
+    # Lengths (and level-0 blocks) are multiplied by this: the native GPU class doubles them so
+    # the finest level's blocks, hence the tiles, stay >= 16 (tl.dot's minimum).
+    SCALE = 1
 
     def kernel(self, blocks, **kwargs):
         return lambda q, k, v: mlr_attention(
@@ -112,11 +115,13 @@ class TestMLRAttention:
     def test_segments_alibi_logit_scale_and_repeated_level0_blocks(self):
         """Packed documents, ALiBi, an extra logit scale, a value head dim of its own and two
         level-0 blocks per row (pairs across them unscored), against the blockwise path."""
-        q, k, v, do = make_inputs(2, 64, 2, sum(RANKS), seed=1, Dv=6)
-        seg = jnp.stack([(jnp.arange(64) >= 20) + (jnp.arange(64) >= 45), jnp.zeros(64, int)])
+        n = self.SCALE
+        q, k, v, do = make_inputs(2, 64 * n, 2, sum(RANKS), seed=1, Dv=6)
+        pos = jnp.arange(64 * n)
+        seg = jnp.stack([(pos >= 20 * n) + (pos >= 45 * n), jnp.zeros(64 * n, int)])
         seg = seg.astype(jnp.int32)
         kw = dict(ranks=RANKS, normalize="block_levels", segment_ids=seg, logit_scale=0.7,
-                  alibi_slopes=jnp.array([0.25, 0.0625]), block_len=32)  # fmt: skip
+                  alibi_slopes=jnp.array([0.25, 0.0625]), block_len=32 * n)  # fmt: skip
         got = forward_backward(self.kernel(MIXED, **kw), q, k, v, do)
         blockwise = lambda *a: xla_mlr.mlr_attention(*a, impl="xla", **kw)  # noqa: E731
         assert_close(got, forward_backward(blockwise, q, k, v, do))
@@ -130,7 +135,7 @@ class TestMLRAttention:
         assert_close(got, forward_backward(flash, q, k, v, do))
 
     def test_bf16_close_to_float32_truth(self):
-        q, k, v, do = make_inputs(1, 32, 2, sum(RANKS), seed=5)
+        q, k, v, do = make_inputs(1, 32 * self.SCALE, 2, sum(RANKS), seed=5)
         kw = dict(ranks=RANKS, normalize="block_levels")
         bf16 = [x.astype(jnp.bfloat16) for x in (q, k, v, do)]
         got = forward_backward(self.kernel(SMALL, **kw), *bf16)
@@ -155,10 +160,12 @@ class TestMLRAttentionTPUStyle(TestMLRAttention):
     reason=f"native Triton lowering needs a GPU; JAX's default backend is {jax.default_backend()}",
 )
 class TestMLRAttentionGPU(TestMLRAttention):
-    """Native Triton: tiles and chunks of 16 (tl.dot's minimum)."""
+    """Native Triton: tiles and chunks of 16 (tl.dot's minimum), lengths doubled so that every
+    test's finest level is 16 positions or more (at 8 the tiles would shrink below 16)."""
 
     BACKEND = "gpu"
     CASES = [("mixed", n, c) for n in (None, "levels", "block_levels") for c in (True, False)]
+    SCALE = 2
 
     def kernel(self, blocks, **kwargs):
         blocks = BlockSizes(16, 16, 16, 16, 16, 16, block_d=16)
@@ -206,7 +213,7 @@ def test_auto_follows_the_hardware_switch_and_falls_back_when_tiles_do_not_fit(m
         )
 
     assert not launches("auto")  # the CPU never picks Pallas
-    monkeypatch.setattr(xla_mlr, "pallas_ready", lambda: True)  # as on a GPU/TPU with it on
+    monkeypatch.setattr(xla_mlr, "pallas_ready", lambda platform=None, kernel=None: True)
     assert launches("auto")
     assert not any(launches(impl) for impl in ("xla", "xla_chunked", "cudnn"))
     fine = (2, 2, 2, 2, 2, 2)  # 6 levels: finest blocks of 1 position, below the 8-row tiles

@@ -26,11 +26,16 @@ from pallas_kernels import MLSTMBlockSizes, mlstm_chunkwise, mlstm_chunkwise_ref
 from pallas_kernels.mlstm_chunkwise import _bwd_reference as xla_backward
 
 TOL = 2e-5
-#          B  NH  S   Dk  Dv  chunk  style  initial state
+#          B  NH  S   Dk  Dv  chunk  style  initial state  head-dim tile
 CASES = {
-    "off_grid_gpu": (2, 1, 21, 8, 8, 16, "gpu", False),
-    "off_grid_tpu_state": pytest.param((1, 2, 21, 8, 16, 8, "tpu", True), marks=pytest.mark.slow),
-}  # the interpreter costs seconds per kernel call: one case in the fast suite (with the state
+    "off_grid_gpu": (2, 1, 21, 8, 8, 16, "gpu", False, None),
+    # Dk = 16 in two tiles, Dv = 32 in four: the state kernels' tile grid and the output and
+    # gradient kernels' loops over head-dim slices (how xLSTM 7B's 256 x 512 head fits a GPU)
+    "tiled_gpu_state": (1, 1, 24, 16, 32, 8, "gpu", True, 8),
+    "off_grid_tpu_state": pytest.param(
+        (1, 2, 21, 8, 16, 8, "tpu", True, None), marks=pytest.mark.slow
+    ),
+}  # the interpreter costs seconds per kernel call: two cases in the fast suite (with the state
 # test below, chunk 8 and an initial state); the eps test runs on the chunk grid with Dv != Dk
 
 
@@ -92,7 +97,7 @@ def value_and_vjp(fn, w, *args):
     return jax.jit(run)(w, *args)
 
 
-def check_gradients(args, state, w, chunk, style, eps=0.0):
+def check_gradients(args, state, w, chunk, style, eps=0.0, block_d=None):
     """h and the gradients of the Pallas kernels (one vjp) against jax.grad of the parallel form
     and against the XLA backward of the kernel file. ``state=None`` takes the default (zero)
     initial state and compares q, k, v, i, f; else the state's gradients too. For ``eps > 0`` the
@@ -100,7 +105,7 @@ def check_gradients(args, state, w, chunk, style, eps=0.0):
     XLA backward, which drops the same ones, is their oracle there."""
     B, NH, _, Dk = args[0].shape
     zeros = zero_state(B, NH, Dk, args[2].shape[-1])
-    kw = dict(block_sizes=MLSTMBlockSizes(chunk), backend=style, interpret=True)
+    kw = dict(block_sizes=MLSTMBlockSizes(chunk, block_d), backend=style, interpret=True)
 
     def both(fn, **kw):  # fn(q, k, v, i, f[, C, n, m])
         return lambda *a: fn(*a[:5], initial_state=a[5:] if state else None, eps=eps, **kw)
@@ -121,13 +126,13 @@ def check_gradients(args, state, w, chunk, style, eps=0.0):
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_outputs_and_gradients_match_the_parallel_form(case):
-    B, NH, S, Dk, Dv, chunk, style, with_state = case
+    B, NH, S, Dk, Dv, chunk, style, with_state, block_d = case
     args = inputs(B, NH, S, Dk, Dv)
     state = random_state(B, NH, Dk, Dv, seed=1) if with_state else None
     branch = normaliser_branches(*args[:2], *args[3:], state or zero_state(B, NH, Dk, Dv))
     assert branch.any() and not branch.all()
     w = jax.random.normal(jax.random.key(1), (B, NH, S, Dv))
-    check_gradients(args, state, w, chunk, style)
+    check_gradients(args, state, w, chunk, style, block_d=block_d)
 
 
 def test_initial_state_final_state_and_its_gradients():
@@ -167,7 +172,7 @@ def _pallas_kernels(jaxpr):
 
 
 def test_the_backward_runs_the_pallas_kernels():
-    """The vjp traces the two forward and the two backward kernels: no silent XLA fallback."""
+    """The vjp traces the two forward and the three backward kernels: no silent XLA fallback."""
     args = inputs(1, 1, 12, 8, 8)
     kw = dict(block_sizes=MLSTMBlockSizes(8), backend="gpu", interpret=True)
 
@@ -176,7 +181,7 @@ def test_the_backward_runs_the_pallas_kernels():
         return vjp(h)
 
     kernels = _pallas_kernels(jax.make_jaxpr(fwd_bwd)(*args).jaxpr)
-    assert kernels == ["mlstm_states", "mlstm_outputs", "mlstm_dstates", "mlstm_dchunks"]
+    assert kernels == ["mlstm_states", "mlstm_outputs", "mlstm_dstates", "mlstm_dqk", "mlstm_dv"]
 
 
 def test_the_reference_is_the_cells_parallel_form():

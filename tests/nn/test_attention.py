@@ -202,7 +202,8 @@ def test_pallas_env_switch(setting, verified, monkeypatch):
     """JAXLAB_PALLAS flips both auto dispatches on GPU/TPU, at call time, and never on the CPU."""
     from jaxlab.nn.layers import default_matmul_impl
 
-    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", verified)
+    table = {p: dict.fromkeys(pallas_switch.KERNELS, verified) for p in ("gpu", "tpu")}
+    monkeypatch.setattr(pallas_switch, "PALLAS_VERIFIED_ON_HARDWARE", table)
     monkeypatch.setenv(PALLAS_ENV, setting)
     on = {"on": True, "1": True, "off": False, "no": False}.get(setting.strip().lower(), verified)
     for platform in ("gpu", "tpu"):

@@ -371,7 +371,7 @@ def mlstm(
     # The forms run heads-first, (B, H, T, D) and (B, H, T) (module docstring, Layout).
     q, k, v, i, f = (jnp.swapaxes(x, 1, 2) for x in (q, k, v, i, f))
     if form == "auto":
-        form = "pallas" if pallas_ready() else "chunkwise"
+        form = "pallas" if pallas_ready(kernel="mlstm") else "chunkwise"
     if form == "pallas":
         h, final = _pallas(q, k, v, i, f, state, chunk_size, eps, return_state)
     elif form == "recurrent":

@@ -272,7 +272,7 @@ def test_grad_through_every_form_matches_the_float64_parallel_form(grad_problem,
     max|grad|: float32 sums of up to T terms (and the kernel's gate formulas drop the eps-sized
     stabiliser dependence, pallas_kernels.mlstm_chunkwise)."""
     if form == "auto":
-        monkeypatch.setattr(cell, "pallas_ready", lambda: True)  # as on a GPU/TPU with it on
+        monkeypatch.setattr(cell, "pallas_ready", lambda platform=None, kernel=None: True)
     primals, w, ref = grad_problem
     loss = _weighted(form, w)
     if form in ("pallas", "auto"):
@@ -281,3 +281,20 @@ def test_grad_through_every_form_matches_the_float64_parallel_form(grad_problem,
     for name, g, g_ref in zip("qkvifCnm", grads, ref, strict=True):
         assert g.dtype == jnp.float32, name
         assert rel_err(g, g_ref) < 5e-5, (form, name)
+
+
+def test_auto_asks_the_switch_about_the_mlstm_kernel_alone(monkeypatch):
+    """``form="auto"`` asks :func:`pallas_ready` about the mLSTM kernel: the switch's table turns
+    kernels on one at a time, as measured (a question about every kernel would say no on GPUs)."""
+    asked = []
+
+    def ready(platform=None, kernel=None):
+        asked.append(kernel)
+        return kernel == "mlstm"
+
+    monkeypatch.setattr(cell, "pallas_ready", ready)
+    q = jnp.ones((1, 16, 2, 8))
+    i = f = jnp.ones((1, 16, 2))
+    jaxpr = jax.make_jaxpr(lambda q: mlstm(q, q, q, i, f, form="auto", chunk_size=8))(q)
+    assert "pallas_call" in str(jaxpr)
+    assert asked == ["mlstm"]
