@@ -9,12 +9,15 @@ raises) a traceable flag (:func:`ids_in_range`) and a
 :func:`jax.experimental.checkify.debug_check` stand in, the way the training loop checks its
 state for non-finite values (:func:`jaxlab.core.step.all_finite`). Results come in the inputs'
 dtype, at least float32 (:func:`compute_dtype`), and an iterative solver refuses a tolerance that
-dtype cannot resolve (:func:`check_tol`).
+dtype cannot resolve (:func:`check_tol`). An output that cannot be differentiated says so in one
+line when a derivative is asked (:func:`not_differentiable`), instead of JAX's error from deep
+inside a loop.
 """
 
 from __future__ import annotations
 
 import functools
+from functools import partial
 from typing import Any
 
 import jax
@@ -33,6 +36,7 @@ __all__ = [
     "compute_dtype",
     "ids_in_range",
     "is_traced",
+    "not_differentiable",
 ]
 
 # How to get float64, from a command line and from a user's script.
@@ -133,3 +137,27 @@ def check_ids(ids: Int[Array, "..."], n: int, *, name: str, table: str) -> None:
             f"{name} must lie in [0, {n}) ({table}); got {arr[index]} at [{where}] "
             f"({len(bad)} outside the range)"
         )
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _refuse_derivative(message: str, x: Any) -> Any:
+    return x
+
+
+@_refuse_derivative.defjvp
+def _refuse_derivative_jvp(message, primals, tangents):
+    raise ConfigError(message)
+
+
+def not_differentiable(x: Any, message: str) -> Any:
+    """``x`` unchanged, except that a derivative through it is a one-line ConfigError.
+
+    For inputs of a computation JAX cannot differentiate (a ``while_loop`` in reverse mode, a
+    choice made in Python): ``jax.grad``, ``jax.jvp`` or ``jax.jacrev`` with respect to ``x``
+    raise ``message`` (say which argument, and what to differentiate instead) while tracing.
+    ``jit`` and ``vmap`` see the identity, and a derivative with respect to other arguments is
+    unaffected (JAX does not call the rule for a zero tangent). Non-float leaves pass through.
+    """
+    if x is None or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return x
+    return _refuse_derivative(message, x)

@@ -14,6 +14,7 @@ from jaxlab.core.checks import (
     compute_dtype,
     ids_in_range,
     is_traced,
+    not_differentiable,
 )
 from jaxlab.core.errors import ConfigError
 
@@ -104,3 +105,14 @@ def test_is_traced_sees_tracers_in_any_leaf():
     seen = []
     jax.jit(lambda x: seen.append(is_traced(1.0, {"x": x})) or x)(jnp.ones(2))
     assert seen == [True]
+
+
+def test_not_differentiable_is_the_identity_until_a_derivative_is_asked():
+    f = lambda x, y: jnp.sum(not_differentiable(x, "f is not differentiable in x; use g") * y)
+    x, y = jnp.ones(3), jnp.arange(3.0)
+    assert float(jax.jit(f)(x, y)) == 3.0 and jax.vmap(f)(x[:, None], y[:, None]).shape == (3,)
+    np.testing.assert_array_equal(jax.grad(f, argnums=1)(x, y), x)  # other arguments: fine
+    with pytest.raises(ConfigError) as err:
+        jax.grad(f)(x, y)
+    assert str(err.value) == "f is not differentiable in x; use g"  # JAX may add a note
+    assert not_differentiable(np.arange(3), "ints pass") is not None  # no float, no rule

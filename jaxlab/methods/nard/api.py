@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from jaxtyping import Array, ArrayLike, Float
 
+from jaxlab.core.checks import not_differentiable
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.nard.checks import check_lam, check_options, validate
 from jaxlab.methods.nard.cv import select_lam
@@ -47,6 +48,14 @@ from jaxlab.methods.nard.output import NARDResult
 from jaxlab.methods.nard.solve import METHODS, Method, fit_arrays
 
 __all__ = ["METHODS", "Method", "fit"]
+
+# What jax.grad through fit says (its solvers are while-loops that prune features; JAX cannot
+# reverse them, and the support they choose is piecewise constant in the data).
+NOT_DIFFERENTIABLE = (
+    "nard.fit is not differentiable in X, Y or lam (its solvers are while-loops that prune "
+    "features); differentiate jaxlab.methods.nard.log_marginal_likelihood(X, Y, result.alpha, "
+    "result.precision) at a fit's hyperparameters instead"
+)
 
 
 def fit(
@@ -111,4 +120,6 @@ def fit(
         lam = select_lam(Xj, Yj, method, lams=lams, folds=cv_folds, seed=seed, **opts).best
     elif isinstance(lam, str):
         raise ConfigError(f"lam must be a finite number >= 0 or 'cv', got {lam!r}")
-    return fit_arrays(method, Xj, Yj, check_lam(lam), threshold=threshold, **opts)
+    lam = check_lam(lam)
+    Xj, Yj, lam = (not_differentiable(x, NOT_DIFFERENTIABLE) for x in (Xj, Yj, lam))
+    return fit_arrays(method, Xj, Yj, lam, threshold=threshold, **opts)

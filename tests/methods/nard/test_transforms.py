@@ -10,7 +10,7 @@ import pytest
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.nard_synthetic import make_problem
-from jaxlab.methods.nard import METHODS, fit
+from jaxlab.methods.nard import METHODS, fit, log_marginal_likelihood
 
 SEEDS = (0, 1, 2)
 OPTS = dict(max_iter=300, tol=1e-9, max_active=12)
@@ -72,3 +72,20 @@ def test_what_cannot_be_traced_says_so_in_one_line(problems):
     with pytest.raises(ConfigError, match=r"max_iter sets array shapes.*static_argnames") as err:
         jax.jit(lambda x, y, k: fit(x, y, max_iter=k))(X, Y, 10)
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_a_derivative_through_fit_says_what_to_differentiate_instead(problems, x64):
+    """JAX cannot reverse the solvers' while-loops (nor would the chosen support have a useful
+    derivative): jax.grad / jax.jvp through fit is one line naming the differentiable evidence,
+    and that suggestion works at the fit's hyperparameters."""
+    X, Y = problems[0][0], problems[1][0]
+    for args in (0, 1, 2):
+        loss = lambda *xyl: jnp.sum(fit(*xyl[:2], lam=xyl[2], **OPTS).coef)
+        with pytest.raises(ConfigError, match=r"nard.fit is not differentiable in X, Y or lam.*log_marginal_likelihood"):
+            jax.grad(loss, argnums=args)(X, Y, 0.1)
+    with pytest.raises(ConfigError, match="nard.fit is not differentiable") as err:
+        jax.jvp(lambda x: fit(x, Y, **OPTS).coef, (X,), (jnp.ones_like(X),))
+    assert len(str(err.value).splitlines()) == 1  # (JAX may add a note of its own)
+    res = fit(X, Y, lam=0.1, fit_intercept=False, **OPTS)
+    grad = jax.grad(log_marginal_likelihood)(X, Y, res.alpha, res.precision)
+    assert grad.shape == X.shape and np.all(np.isfinite(grad))
