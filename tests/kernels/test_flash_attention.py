@@ -242,10 +242,10 @@ def _dot_precisions(fn, *args) -> set[str]:
 
 
 def test_float32_dots_use_three_tf32_passes_in_native_gpu_kernels_only():
-    """Issue 46's float32 pathology: "HIGHEST" dots lowered to Triton's FMA path (20 ms where XLA
-    took 0.47, pallas_kernels/README.md). Native GPU kernels now ask for three TF32 passes (as
-    accurate, on the tensor cores); the interpreter and TPU kernels keep HIGHEST; ``precision``
-    overrides it; bf16 inputs ask for none (tensor cores)."""
+    """Issue 46's float32 pathology: "HIGHEST" dots lowered to Triton's FMA path (many times XLA's
+    time; the measurements are in pallas_kernels/README.md). Native GPU kernels now ask for three
+    TF32 passes (as accurate, on the tensor cores); the interpreter and TPU kernels keep HIGHEST;
+    ``precision`` overrides it; bf16 inputs ask for none (tensor cores)."""
     q = jnp.ones((1, 64, 2, 64), jnp.float32)
     native = lambda q, **kw: flash_attention(q, q, q, interpret=False, backend="gpu", **kw)  # noqa: E731
     assert _dot_precisions(native, q) == {str(jax.lax.DotAlgorithmPreset.TF32_TF32_F32_X3)}
