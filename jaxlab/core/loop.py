@@ -71,6 +71,7 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.optim import default_decay_mask
 from jaxlab.core.step import (
     STATE_FINITE,
+    TrainProgram,
     build_train_program,
     create_state,
     make_eval_step,
@@ -168,6 +169,7 @@ def run_training(
     lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None = None,
     hooks: Sequence[Callable[[int, dict[str, float]], None]] = (),
     verbose: bool = True,
+    program: TrainProgram | None = None,
 ) -> dict[str, Any]:
     """Trains ``task`` for ``cfg.steps`` steps in ``workdir``, resuming from its checkpoints.
 
@@ -183,6 +185,12 @@ def run_training(
         unused when the task supplies its optimizer).
       hooks: plain callables ``hook(step, row)`` called with every logged metrics row.
       verbose: print progress lines (process 0 only).
+      program: ``task``'s program, built by the caller with
+        :func:`~jaxlab.core.step.build_train_program` from these arguments (``cfg`` with any seed,
+        the mesh of ``mesh_cfg``, ``rules``, ``decay_mask``, ``lr_groups``), so that several runs
+        (the seeds of a sweep) and the FLOP count or step timer of the same program share one
+        compiled step; None builds it here. A resumed run whose schedule keeps another length
+        builds its own either way.
 
     Returns:
       The summary: final step, last train and eval metrics, parameter count, throughput, and the
@@ -212,6 +220,7 @@ def run_training(
             lr_groups=lr_groups,
             hooks=hooks,
             verbose=verbose,
+            program=program,
         )
 
 
@@ -227,6 +236,7 @@ def _run_training(
     lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None,
     hooks: Sequence[Callable[[int, dict[str, float]], None]],
     verbose: bool,
+    program: TrainProgram | None,
 ) -> dict[str, Any]:
     # ------------------------------------------------------------------ setup
     is_main = jax.process_index() == 0
@@ -255,7 +265,7 @@ def _run_training(
             lr_groups=lr_groups,
         )
 
-    program = build(cfg.steps)
+    program = program or build(cfg.steps)
     schedule, graphdef, shardings = program.schedule, program.graphdef, program.shardings
     num_params = sum(
         x.size

@@ -17,7 +17,9 @@ and returns its state, as :class:`StepRunner` does).
 :func:`step_seconds` times training steps with this protocol: for each task it builds the program
 the loop trains (:func:`jaxlab.core.step.build_train_program`: the task's optimizer or the loop's
 clipped AdamW, the schedule, the task state, the state shardings on the loop's mesh) and times that
-jitted step, so a step-time ratio describes the program that was trained.
+jitted step, so a step-time ratio describes the program that was trained. A caller that has built
+a task's program already (to train it, or to count its FLOPs) hands it over instead, and the step
+that is timed is the one it compiled.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from flax import nnx
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, MeshConfig, global_batch, make_mesh
 from jaxlab.core.optim import default_decay_mask
-from jaxlab.core.step import LrGroups, build_train_program
+from jaxlab.core.step import LrGroups, TrainProgram, build_train_program
 from jaxlab.core.task import Task
 
 __all__ = [
@@ -129,6 +131,7 @@ def step_runners(
     rules: AxisRules,
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
     lr_groups: Mapping[str, LrGroups] | None = None,
+    programs: Mapping[str, TrainProgram] | None = None,
 ) -> dict[str, tuple[StepRunner, list[tuple[int, StepRunner]]]]:
     """Per task: a runner of its train step and ``(every, runner)`` per state hook.
 
@@ -136,20 +139,24 @@ def step_runners(
     shardings); the train step gets ``batch`` (put on ``mesh`` as the loop puts its batches) and
     the loop's key of step 0, so the first call is the loop's first step on that batch. Call the
     runners inside ``jax.set_mesh(mesh)`` and ``nnx.logical_axis_rules(rules.as_tuple())``.
+    A task named in ``programs`` runs that program (built on ``mesh`` and ``rules`` with
+    :func:`jaxlab.core.step.build_train_program` for ``train_cfg``) instead of a new one.
     """
     init_key, step_key = jax.random.split(jax.random.key(train_cfg.seed))
     device_batch = global_batch(batch, mesh, rules)
     out = {}
     for name, task in tasks.items():
-        program = build_train_program(
-            task,
-            train_cfg,
-            mesh,
-            rules,
-            init_key=init_key,
-            decay_mask=decay_mask,
-            lr_groups=(lr_groups or {}).get(name),
-        )
+        program = (programs or {}).get(name)
+        if program is None:
+            program = build_train_program(
+                task,
+                train_cfg,
+                mesh,
+                rules,
+                init_key=init_key,
+                decay_mask=decay_mask,
+                lr_groups=(lr_groups or {}).get(name),
+            )
         step = StepRunner(
             program.train_step,
             program.init(init_key),
@@ -173,6 +180,7 @@ def step_seconds(
     rules: AxisRules | None = None,
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
     lr_groups: Mapping[str, LrGroups] | None = None,
+    programs: Mapping[str, TrainProgram] | None = None,
     repeats: int = 5,
     calls: int = 3,
 ) -> dict[str, StepTiming]:
@@ -180,9 +188,10 @@ def step_seconds(
 
     Every task's step is the one :func:`jaxlab.core.loop.run_training` trains with the same
     arguments (``mesh_cfg``, ``rules``, ``decay_mask``, and ``lr_groups`` by task name), on the
-    same ``batch``. Train steps are timed in interleaved rounds (``repeats`` rounds of ``calls``
-    consecutive steps after one warm-up call); state hooks are timed after them the same way, one
-    call per sample.
+    same ``batch``; a task named in ``programs`` is timed on that program, already built by the
+    caller (see :func:`step_runners`; a program compiled already is not compiled again). Train
+    steps are timed in interleaved rounds (``repeats`` rounds of ``calls`` consecutive steps after
+    one warm-up call); state hooks are timed after them the same way, one call per sample.
     """
     mesh, rules = make_mesh(mesh_cfg), rules or AxisRules()
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
@@ -194,6 +203,7 @@ def step_seconds(
             rules=rules,
             decay_mask=decay_mask,
             lr_groups=lr_groups,
+            programs=programs,
         )
         steps = time_interleaved(
             {name: step for name, (step, _) in runners.items()}, repeats=repeats, calls=calls

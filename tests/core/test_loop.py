@@ -5,13 +5,17 @@ import dataclasses
 import json
 import shutil
 
+import jax
 import pytest
+from flax import nnx
 
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.loop import run_training
+from jaxlab.core.mesh import AxisRules, make_mesh
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.optim import make_schedule
+from jaxlab.core.step import build_train_program
 from jaxlab.testing.toy import ToyTask
 
 CFG = TrainConfig(
@@ -52,6 +56,25 @@ def test_reference_run_writes_metrics_and_checkpoints(reference):
 def test_same_seed_same_metrics(reference, tmp_path):
     run_training(ToyTask(), CFG, tmp_path, verbose=False)
     assert _losses(tmp_path) == _losses(reference[0])
+
+
+def _program(task, cfg):
+    """``task``'s program for ``cfg`` on the loop's default mesh, built as a caller builds it."""
+    mesh, rules = make_mesh(), AxisRules()
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):
+        return build_train_program(task, cfg, mesh, rules, init_key=jax.random.key(cfg.seed))
+
+
+def test_a_handed_program_trains_every_seed_as_the_loops_own_build(reference, tmp_path):
+    task = ToyTask()
+    program = _program(task, CFG)  # built once, for seed 0
+    run_training(task, CFG, tmp_path / "seed0", program=program, verbose=False)
+    assert _losses(tmp_path / "seed0") == _losses(reference[0])
+    seed1 = dataclasses.replace(CFG, seed=1)
+    run_training(task, seed1, tmp_path / "seed1", program=program, verbose=False)
+    run_training(ToyTask(), seed1, tmp_path / "own", verbose=False)
+    assert _losses(tmp_path / "seed1") == _losses(tmp_path / "own")
+    assert _losses(tmp_path / "seed1") != _losses(reference[0])
 
 
 def test_resume_from_middle_checkpoint_matches(reference, tmp_path):
@@ -168,6 +191,11 @@ def test_extended_run_keeps_its_schedule_and_says_so(reference, tmp_path, capsys
     run_training(_EightStepSchedule(), longer, tmp_path / "fresh", verbose=False)
     drop_lr = lambda rs: [{k: v for k, v in r.items() if k != "learning_rate"} for r in rs]  # noqa: E731
     assert drop_lr(_losses(tmp_path / "extended")) == drop_lr(_losses(tmp_path / "fresh"))
+    # A program handed over for the 12 steps is not the run's: the loop builds its own.
+    shutil.copytree(reference[0], tmp_path / "handed")
+    task = ToyTask()
+    run_training(task, longer, tmp_path / "handed", program=_program(task, longer), verbose=False)
+    assert _losses(tmp_path / "handed") == _losses(tmp_path / "extended")
 
 
 def test_steps_below_the_checkpoint_are_refused(reference, tmp_path):
