@@ -1,17 +1,19 @@
 """Ahead-of-time compilation of a train step for a target mesh, with its memory figures.
 
 MaxText's trick for catching out-of-memory and under-sharding early: lower and compile the exact
-train step the loop runs (:func:`jaxlab.core.loop.make_train_step`) on abstract inputs carrying
-their shardings — nothing is allocated or executed — then read XLA's ``memory_analysis()``. On a
-CPU host, ``--xla_force_host_platform_device_count`` simulates the devices of a pod slice; the
-count is fixed when JAX starts its backend, so :func:`run_with_devices` runs a function in a fresh
-process with the device count it needs (jax 0.10 has no compile-only CPU or GPU topology to target
-instead: ``jax.experimental.topologies`` describes TPUs only, and needs libtpu).
+train step the loop runs (the jitted step of a :class:`~jaxlab.core.step.TrainProgram`) on abstract
+inputs carrying their shardings — nothing is allocated or executed — then read XLA's
+``memory_analysis()`` and ``cost_analysis()``. The compiled executable stays in that jitted step's
+cache, so a program compiled here and then handed to the loop or the step timer is not compiled
+again. On a CPU host, ``--xla_force_host_platform_device_count`` simulates the devices of a pod
+slice; the count is fixed when JAX starts its backend, so :func:`run_with_devices` runs a function
+in a fresh process with the device count it needs (jax 0.10 has no compile-only CPU or GPU
+topology to target instead: ``jax.experimental.topologies`` describes TPUs only, and needs
+libtpu).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import pathlib
@@ -24,13 +26,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import jax
-import optax
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxlab.core.errors import RunError
 from jaxlab.core.flops import compiled_flops
-from jaxlab.core.loop import Task, create_state, make_train_step
-from jaxlab.core.mesh import AxisRules, batch_sharding, state_shardings
+from jaxlab.core.mesh import AxisRules, batch_sharding
+from jaxlab.core.step import TrainProgram
 
 __all__ = ["compile_train_step", "run_with_devices"]
 
@@ -47,13 +49,20 @@ def _bytes(leaves, per_device: bool) -> int:
 
 
 def compile_train_step(
-    task: Task,
-    tx: optax.GradientTransformation,
+    program: TrainProgram,
     mesh: jax.sharding.Mesh,
     rules: AxisRules,
     batch_shapes: Mapping[str, tuple[tuple[int, ...], Any]],
 ) -> dict[str, float]:
-    """Compiles ``task``'s train step for ``mesh`` without running it; returns size figures.
+    """Compiles ``program``'s train step for ``mesh`` without running it; returns size figures.
+
+    Args:
+      program: the program the loop trains, built on ``mesh`` and ``rules``
+        (:func:`jaxlab.core.step.build_train_program`). Its own jitted step is lowered, so a later
+        call of ``program.train_step`` on arrays of these shapes and shardings (the loop's or the
+        step timer's, when they are handed this program) runs the executable compiled here.
+      mesh, rules: where the state and the batch live.
+      batch_shapes: ``{name: (shape, dtype)}`` of one global batch.
 
     Returns:
       ``state_bytes`` (parameters + optimizer state, all devices), ``state_bytes_per_device``
@@ -63,25 +72,22 @@ def compile_train_step(
       optimizer update; :func:`jaxlab.core.flops.compiled_flops`), and the lowering and compile
       seconds.
     """
-    key = jax.random.key(0)
-    graphdef, abstract_state = jax.eval_shape(functools.partial(create_state, task, tx), key)
-    shardings = state_shardings(abstract_state, mesh, rules)
     state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_state, shardings
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        program.abstract_state,
+        program.shardings,
     )
     batch = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh, rules, len(shape)))
         for name, (shape, dtype) in batch_shapes.items()
     }
-    step = jax.jit(
-        make_train_step(task, graphdef),
-        in_shardings=(shardings, None, None),
-        out_shardings=(shardings, None),
-        donate_argnums=0,
-    )
+    # The loop's per-step key: made under jax.set_mesh, it is replicated over the mesh (with that
+    # sharding here, the loop's first call finds the step compiled below).
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    key = jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=NamedSharding(mesh, PartitionSpec()))
     start = time.perf_counter()
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):  # as in the loop
-        lowered = step.lower(state, batch, jax.eval_shape(lambda: key))
+        lowered = program.train_step.lower(state, batch, key)
     lowered_at = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()

@@ -2,8 +2,11 @@
 
 :func:`build_train_program` puts them together for one task and one :class:`TrainConfig`: the
 optimizer (the task's own, or the loop's AdamW), the learning-rate schedule, the state shardings and
-the jitted, donating steps. The loop (:func:`jaxlab.core.loop.run_training`) trains with it and the
-step timer (:func:`jaxlab.core.timing.step_seconds`) times it, so what is timed is what is trained.
+the jitted, donating steps. The loop (:func:`jaxlab.core.loop.run_training`) trains with it, the
+step timer (:func:`jaxlab.core.timing.step_seconds`) times it and
+:func:`jaxlab.core.aot.compile_train_step` compiles it ahead of time, so what is timed and measured
+is what is trained. Each of them builds its own, or takes one the caller built: a program built
+once and handed to all three compiles its train step once.
 
 The train state is the ``nnx.State`` of ``(model, optimizer)`` — plus a third entry holding the
 task's non-parameter state when the task has one (:func:`jaxlab.core.task.has_task_state`), so the

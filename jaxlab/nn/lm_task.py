@@ -40,7 +40,7 @@ from jaxlab.core.aot import compile_train_step
 from jaxlab.core.config import TrainConfig, check
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import AxisRules, MeshConfig, make_mesh
-from jaxlab.core.optim import make_optimizer
+from jaxlab.core.step import build_train_program
 from jaxlab.data.corpus import load_documents
 from jaxlab.data.shards import ShardCorpus, shards_dir
 from jaxlab.data.text import (
@@ -291,14 +291,19 @@ def compile_lm_train_step(
 ) -> dict[str, float]:
     """Compiles the train step of the LM ``model_cls(model_cfg, rngs=...)`` ahead of time.
 
-    The step is the loop's own (:func:`jaxlab.core.aot.compile_train_step`) on a mesh over this
-    process's devices, for ``(batch_size, model_cfg.seq_len)`` batches, with the task's ``z_loss``
-    and ``loss_chunk``; nothing is run. Module-level
-    and picklable, so :func:`jaxlab.core.aot.run_with_devices` can run it with simulated devices.
+    The step is the loop's own (:func:`jaxlab.core.step.build_train_program` under ``train_cfg``,
+    compiled by :func:`jaxlab.core.aot.compile_train_step`) on a mesh over this process's devices,
+    for ``(batch_size, model_cfg.seq_len)`` batches, with the task's ``z_loss`` and
+    ``loss_chunk``; nothing is run. Module-level and picklable, so
+    :func:`jaxlab.core.aot.run_with_devices` can run it with simulated devices.
     """
     build = lambda rngs: model_cls(model_cfg, rngs=rngs)  # noqa: E731
     task = LMTask(build=build, seq_len=model_cfg.seq_len, z_loss=z_loss, loss_chunk=loss_chunk)
     shape = (batch_size, model_cfg.seq_len)
     batch = {k: (shape, jnp.int32) for k in ("inputs", "targets", "segment_ids", "positions")}
-    tx = make_optimizer(train_cfg or TrainConfig())
-    return compile_train_step(task, tx, make_mesh(mesh_cfg), AxisRules(), batch)
+    mesh, rules = make_mesh(mesh_cfg), AxisRules()
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):  # as in the loop
+        program = build_train_program(
+            task, train_cfg or TrainConfig(), mesh, rules, init_key=jax.random.key(0)
+        )
+    return compile_train_step(program, mesh, rules, batch)
