@@ -17,11 +17,13 @@ Per pair and seed it reads off the paper's headline ratios (Table 3: 0.59 of the
 of the FLOPs at 305M/405M): the tokens the RMT needs to reach the transformer's final validation
 loss, as a fraction of the transformer's, and the FLOPs fraction, both from the analytic count
 without the vocabulary terms (the paper's convention) and from XLA's cost analysis of the compiled
-train steps (everything a step executes: vocabulary, elementwise work, backward, optimizer). It
-fits a power law L = a*C^-b per architecture to the seed-mean final losses and times a training
-step of each model side by side (Table 4: the RMT 1.77x slower per step). ``--set
-data=shards:DIR`` trains every pair on a corpus prepared with :mod:`jaxlab.data.prepare` (the
-models take the shards' vocabulary from their index).
+train steps (everything a step executes: vocabulary, elementwise work, backward, optimizer; on a
+mesh of several devices, the devices' counts added up). It fits a power law L = a*C^-b per
+architecture to the seed-mean final losses and times a training step of each model side by side
+(Table 4: the RMT 1.77x slower per step). Each model's train step is built and compiled once per
+pair: that one program gives the measured FLOPs, trains every seed and is the step that is timed.
+``--set data=shards:DIR`` trains every pair on a corpus prepared with :mod:`jaxlab.data.prepare`
+(the models take the shards' vocabulary from their index).
 
 ``--set preset=paper`` runs the paper's four pairs (46M-305M RMT vs 49M-405M transformer, N = 512)
 on OpenWebText with GPT-2's tokenizer (V = 50257), on accelerators. The pod sequence, with a
@@ -40,16 +42,21 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from typing import NamedTuple
 
+import jax
+import numpy as np
 from flax import nnx
 
+from jaxlab.core.aot import compile_train_step
 from jaxlab.core.config import TrainConfig, check, check_choices, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
-from jaxlab.core.mesh import MeshConfig
+from jaxlab.core.mesh import AxisRules, MeshConfig, make_mesh
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import pairs_figure, save_figure, scaling_figure
 from jaxlab.core.scaling import format_mean_sd, mean_sd
+from jaxlab.core.step import LrGroups, TrainProgram, build_train_program
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.core.timing import step_seconds
 from jaxlab.methods.rmt import RMT, RMTConfig
@@ -58,7 +65,7 @@ from jaxlab.methods.rmt.scaling import matched_pair, pair_reach, scaling_fits
 from jaxlab.nn.init import InitName
 from jaxlab.nn.layers import count_params, non_embedding_params
 from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
-from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, fit_vocab
+from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
@@ -206,37 +213,77 @@ def get_config(preset: str = "default") -> Config:
     return select_preset("rmt_scaling", PRESETS, preset)
 
 
-def _model_class(model_cfg: TransformerConfig | RMTConfig) -> type:
-    return RMT if isinstance(model_cfg, RMTConfig) else Transformer
+class _Arm(NamedTuple):
+    """One model of a pair, built once: its task and the program that trains it."""
+
+    model_cfg: TransformerConfig | RMTConfig
+    task: LMTask
+    lr_groups: LrGroups | None  # µP's rates (RMTs with mup=True), else the loop's one rate
+    program: TrainProgram  # the one run_training would build for cfg.train on cfg.mesh
 
 
-def _task(model_cfg, cfg: Config) -> LMTask:
-    """The language-modelling task of one model (both architectures alike)."""
-    cls = _model_class(model_cfg)
-    return LMTask(
+def _arm(model_cfg, cfg: Config, mesh: jax.sharding.Mesh, rules: AxisRules) -> _Arm:
+    """The language-modelling task of one model (both architectures alike) and its program."""
+    cls = RMT if isinstance(model_cfg, RMTConfig) else Transformer
+    task = LMTask(
         build=lambda rngs: cls(model_cfg, rngs=rngs),
         seq_len=model_cfg.seq_len,
         source=cfg.data,
         z_loss=cfg.z_loss,
         tokenizer=cfg.tokenizer or None,
     )
+    lr_groups = mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules.as_tuple()):  # as in the loop
+        program = build_train_program(
+            task,
+            cfg.train,
+            mesh,
+            rules,
+            init_key=jax.random.key(cfg.train.seed),  # its shape only: every seed's program
+            lr_groups=lr_groups,
+        )
+    return _Arm(model_cfg, task, lr_groups, program)
 
 
-def _run(model_cfg, cfg: Config, seed: int) -> Run:
+def _describe(
+    arm: _Arm,
+    batch: dict[str, np.ndarray],
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+) -> dict:
+    """Sizes and FLOPs per token of one model: analytic, and measured on its train step, which is
+    compiled here (ahead of time, for ``batch``'s shapes) for the training and the timer too."""
+    compiled = compile_train_step(
+        arm.program, mesh, rules, {k: (v.shape, v.dtype) for k, v in batch.items()}
+    )
+    model = nnx.merge(arm.program.graphdef, arm.program.abstract_state)[0]  # shapes only
+    cfg, tokens = arm.model_cfg, batch["inputs"].size
+    # XLA's count is per device: the devices together execute the step (all of it on one device).
+    step_flops = compiled["flops_per_device"] * compiled["num_devices"]
+    return {
+        "params": count_params(model),
+        "non_embedding_params": non_embedding_params(model),
+        "train_flops_per_token": cfg.flops_per_token().train,
+        "train_flops_per_token_no_vocab": cfg.flops_per_token(include_vocab=False).train,
+        "measured_train_flops_per_token": step_flops / tokens,
+    }
+
+
+def _run(arm: _Arm, cfg: Config, seed: int) -> Run:
     """One model with one seed: its config and its training (see core.sweep)."""
     train = dataclasses.replace(cfg.train, seed=seed)
-    record = {"model": to_dict(model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss}
+    record = {"model": to_dict(arm.model_cfg), "train": to_dict(train), "z_loss": cfg.z_loss}
     full = {**record, "data": cfg.data, "tokenizer": cfg.tokenizer, "mesh": to_dict(cfg.mesh)}
 
     def fit(workdir: pathlib.Path) -> dict:
-        task = _task(model_cfg, cfg)
         run_training(
-            task,
+            arm.task,
             train,
             workdir,
             mesh_cfg=cfg.mesh,
             config_record=record,
-            lr_groups=mup_lr_groups(model_cfg) if getattr(model_cfg, "mup", False) else None,
+            lr_groups=arm.lr_groups,
+            program=arm.program,
         )
         tokens, losses = read_curve(workdir)
         _, bits = read_curve(workdir, "eval_bits_per_byte")
@@ -251,29 +298,8 @@ def _run(model_cfg, cfg: Config, seed: int) -> Run:
     return Run(full, fit)
 
 
-def _describe(arch: str, model_cfg, cfg: Config) -> dict:
-    """Sizes and FLOPs per token of one model: analytic, and measured on its compiled step."""
-    cls = _model_class(model_cfg)
-    model = nnx.eval_shape(lambda: cls(model_cfg, rngs=nnx.Rngs(0)))
-    compiled = compile_lm_train_step(
-        cls,
-        model_cfg,
-        batch_size=cfg.train.batch_size,
-        mesh_cfg=MeshConfig(data=1),  # one device: XLA's count is then the whole step's
-        train_cfg=cfg.train,
-        z_loss=cfg.z_loss,
-    )
-    return {
-        "params": count_params(model),
-        "non_embedding_params": non_embedding_params(model),
-        "train_flops_per_token": model_cfg.flops_per_token().train,
-        "train_flops_per_token_no_vocab": model_cfg.flops_per_token(include_vocab=False).train,
-        "measured_train_flops_per_token": compiled["flops_per_device"]
-        / (cfg.train.batch_size * model_cfg.seq_len),
-    }
-
-
 def run(cfg: Config, workdir: pathlib.Path) -> dict:
+    mesh, rules = make_mesh(cfg.mesh), AxisRules()  # the loop's, for cfg.mesh
     sizes = []
     with MetricWriter(workdir, tensorboard=False) as writer:
         pairs = [(fit_vocab(t, cfg.data), fit_vocab(r, cfg.data)) for t, r in cfg.pairs()]
@@ -287,16 +313,20 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 "d_value": rcfg.d_value,
             }
             arms = {
-                f"{arch}_D{width}": (arch, c) for arch, c in (("transformer", tcfg), ("rmt", rcfg))
+                arch: _arm(c, cfg, mesh, rules)
+                for arch, c in (("transformer", tcfg), ("rmt", rcfg))
             }
+            batch = arms["transformer"].task.eval_batches(cfg.train.batch_size, 1)[0]
+            described = {arch: _describe(arm, batch, mesh, rules) for arch, arm in arms.items()}
+            named = {f"{arch}_D{width}": arm for arch, arm in arms.items()}
             swept = sweep(
-                workdir, list(arms), cfg.seeds, lambda a, s, arms=arms: _run(arms[a][1], cfg, s)
+                workdir, list(named), cfg.seeds, lambda n, s, named=named: _run(named[n], cfg, s)
             )
-            runs = {arch: swept[arm] for arm, (arch, _) in arms.items()}
-            for arch, model_cfg in (("transformer", tcfg), ("rmt", rcfg)):
+            runs = {arch: swept[f"{arch}_D{width}"] for arch in arms}
+            for arch in arms:
                 losses = [r["final_eval_loss"] for r in runs[arch]]
                 entry[arch] = {
-                    **_describe(arch, model_cfg, cfg),
+                    **described[arch],
                     "final_eval_loss": mean_sd(losses),
                     "runs": runs[arch],
                 }
@@ -304,33 +334,39 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 runs["transformer"], runs["rmt"], entry["transformer"], entry["rmt"]
             )
             if cfg.time_rounds:
-                entry.update(_time_steps(tcfg, rcfg, cfg))
+                entry.update(_time_steps(arms, batch, cfg, mesh, rules))
             writer.write(i, _row(entry))
             sizes.append(entry)
     return {"sizes": sizes, **_analyse(sizes, cfg, workdir), "paper": PAPER}
 
 
-def _time_steps(tcfg: TransformerConfig, rcfg: RMTConfig, cfg: Config) -> dict:
-    """Step times side by side, of the train steps :func:`_run` trains (same task, optimizer,
-    clipping, schedule, z-loss and mesh); the RMT's grows with its residual Dk x Dv, so it is
-    timed at the configured Dk and at Dk = Dv (the paper's 305M shape)."""
+def _time_steps(
+    arms: dict[str, _Arm],
+    batch: dict[str, np.ndarray],
+    cfg: Config,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+) -> dict:
+    """Step times side by side, of the programs :func:`_run` trains; the RMT's grows with its
+    residual Dk x Dv, so it is timed at the configured Dk and at Dk = Dv (the paper's 305M shape,
+    a program built for the timer alone when it is another)."""
+    rcfg = arms["rmt"].model_cfg
     d_keys = sorted({rcfg.d_key, rcfg.d_value})
-    models = {"transformer": tcfg} | {
-        f"rmt_dk{dk}": dataclasses.replace(rcfg, d_key=dk) for dk in d_keys
+    timed = {"transformer": arms["transformer"]} | {
+        f"rmt_dk{dk}": (
+            arms["rmt"]
+            if dk == rcfg.d_key
+            else _arm(dataclasses.replace(rcfg, d_key=dk), cfg, mesh, rules)
+        )
+        for dk in d_keys
     }
-    tasks = {name: _task(model_cfg, cfg) for name, model_cfg in models.items()}
-    lr_groups = {
-        name: mup_lr_groups(model_cfg)
-        for name, model_cfg in models.items()
-        if getattr(model_cfg, "mup", False)
-    }
-    batch = tasks["transformer"].eval_batches(cfg.train.batch_size, 1)[0]
     timings = step_seconds(
-        tasks,
+        {name: arm.task for name, arm in timed.items()},
         batch,
         cfg.train,
         mesh_cfg=cfg.mesh,
-        lr_groups=lr_groups,
+        rules=rules,
+        programs={name: arm.program for name, arm in timed.items()},
         repeats=cfg.time_rounds,
         calls=4,
     )
