@@ -1,13 +1,13 @@
 """Contract tests every language model passes; a new model joins by adding one line to ``MODELS``.
 
 Each entry is a model class (built as ``cls(cfg, rngs=...)``, called as ``model(tokens,
-segment_ids=, positions=)``) and a tiny config (an :class:`jaxlab.nn.lm_config.LMConfig`). The
+segment_ids=, positions=)``) and a tiny config (an :class:`jaxlab.lm.config.LMConfig`). The
 contract: logits of the right shape and dtype; causality; document masking; the parameter count of
 ``nnx.eval_shape`` equals the built model's; the config's ``flops_per_token()`` counts the matrix
 products of the lowered forward pass; the sharded train step on a (2, 4) data x fsdp mesh and
 a (2, 2, 2) data x fsdp x tensor mesh gives the single-device losses; the train step lowers and
 compiles for a simulated 64-device mesh; structured linear maps (``linear=low_rank``, ``btt``,
-``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.nn.generate`): prefill
+``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.lm.generate`): prefill
 plus one cached step per true token gives the full forward's logits, for prompt lengths on and off
 the xLSTM's chunk grid.
 """
@@ -32,13 +32,13 @@ from jaxlab.core.flops import dot_flops
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
+from jaxlab.lm.generate import supports_generation, teacher_forced_logits
+from jaxlab.lm.task import LMTask, compile_lm_train_step, cross_entropy
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.nn import pallas_switch
-from jaxlab.nn.generate import supports_generation, teacher_forced_logits
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 16  # every tiny config's seq_len
 MODELS = {  # name: (model class, tiny config)

@@ -19,8 +19,8 @@ from flax import nnx
 
 import jaxlab.nn.mlr_attention as xla_mlr
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 from pallas_kernels import (
     KernelConfigError,
     flash_attention_reference,

@@ -339,7 +339,7 @@ class xLSTM(nnx.Module):  # noqa: N801
     def logits_from_hidden(self, h_BTE: Float[Array, "B T E"]) -> Float[Array, "B T V"]:
         """The head: unembedding of the final-normed hidden states, soft-capped at
         ``cfg.logit_soft_cap``, in float32 (float64 for a float64 model) (what
-        :func:`jaxlab.nn.lm_task.chunked_cross_entropy` applies one block of tokens at a time)."""
+        :func:`jaxlab.lm.task.chunked_cross_entropy` applies one block of tokens at a time)."""
         logits_BTV = self.unembed(h_BTE).astype(_acc(self.embed.dtype))
         return soft_cap(logits_BTV, self.cfg.logit_soft_cap)
 

@@ -16,11 +16,11 @@ the cached keys its kind lets it see, with the model's scale and ALiBi slopes:
   (:func:`cached_mlr_attention`).
 
 Cache slot ``s`` holds position ``s`` (absolute coordinates). A one-token step (``T = 1``, every
-step of :func:`jaxlab.nn.generate.generate`) reads only the keys its kind needs, with
+step of :func:`jaxlab.lm.generate.generate`) reads only the keys its kind needs, with
 ``lax.dynamic_slice``: the last ``window + 1`` slots for a window, the current block of each MLR
 level; a multi-token extend (the prefill) scores the whole cache under masks. Either way the
-logits equal :class:`~jaxlab.nn.transformer.Transformer`'s full forward on the same tokens (tested
-in ``tests/nn/test_generate.py``); a cache holds one document per row (no segment ids). The memory
+logits equal :class:`~jaxlab.lm.transformer.Transformer`'s full forward on the same tokens (tested
+in ``tests/lm/test_generate.py``); a cache holds one document per row (no segment ids). The memory
 of a decode step grows with ``max_len``: this is what the xLSTM's constant-size state is compared
 with.
 

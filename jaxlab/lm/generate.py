@@ -4,7 +4,7 @@ A model generates if it has two methods (:class:`CachedLM`): ``init_cache(batch_
 returns a cache pytree whose shapes never change, and ``extend(tokens_BT, cache)`` returns the
 logits of ``T`` new tokens after the cached ones and the updated cache. Caches are NamedTuples with
 a ``pos`` field (the tokens seen), like the house's other states. The baseline Transformer's cache
-is a key/value cache preallocated to ``max_len`` (:class:`jaxlab.nn.kv_cache.KVCache`); the
+is a key/value cache preallocated to ``max_len`` (:class:`jaxlab.lm.kv_cache.KVCache`); the
 xLSTM's is its recurrent state, whose size does not depend on the context
 (``jaxlab.methods.xlstm.model.XLSTMCache``). On top of that:
 
@@ -65,7 +65,7 @@ def _check(model: nnx.Module) -> None:
     if not supports_generation(model):
         raise ConfigError(
             f"{type(model).__name__} cannot generate: it needs init_cache(batch_size, max_len) "
-            "and extend(tokens, cache) (see jaxlab.nn.generate.CachedLM)"
+            "and extend(tokens, cache) (see jaxlab.lm.generate.CachedLM)"
         )
 
 

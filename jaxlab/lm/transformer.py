@@ -23,12 +23,12 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
-from jaxlab.nn import kv_cache
+from jaxlab.lm import kv_cache
+from jaxlab.lm.config import LMConfig
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.attention_kinds import attend, logit_scale
 from jaxlab.nn.init import unembedding_std, weight_std
 from jaxlab.nn.layers import MLP, TokenEmbedding, make_norm, qk_layernorm, unembedding
-from jaxlab.nn.lm_config import LMConfig
 
 __all__ = ["Transformer", "TransformerConfig"]
 
@@ -226,7 +226,7 @@ class Transformer(nnx.Module):
         positions: Int[Array, "B T"] | None = None,
     ) -> Float[Array, "B T D"]:
         """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits (the
-        split :func:`jaxlab.nn.lm_task.chunked_cross_entropy` uses)."""
+        split :func:`jaxlab.lm.task.chunked_cross_entropy` uses)."""
         x_BTD = constrain(self.embed(tokens_BT, positions), "batch", None, None)
         if not self.cfg.document_mask:
             segment_ids = None
@@ -239,9 +239,9 @@ class Transformer(nnx.Module):
         return self.unembed(h_BTD).astype(jnp.float32)
 
     def init_cache(self, batch_size: int, max_len: int) -> kv_cache.KVCache:
-        """A key/value cache of ``max_len`` positions (:func:`jaxlab.nn.kv_cache.init_cache`)."""
+        """A key/value cache of ``max_len`` positions (:func:`jaxlab.lm.kv_cache.init_cache`)."""
         return kv_cache.init_cache(self, batch_size, max_len)
 
     def extend(self, tokens_BT: Int[Array, "B T"], cache: kv_cache.KVCache):
-        """Logits of new tokens after the cached ones (:func:`jaxlab.nn.kv_cache.extend`)."""
+        """Logits of new tokens after the cached ones (:func:`jaxlab.lm.kv_cache.extend`)."""
         return kv_cache.extend(self, tokens_BT, cache)

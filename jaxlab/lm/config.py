@@ -1,6 +1,6 @@
 """The fields every language model's config shares, their checks, and the ``.paper(size)`` pattern.
 
-:class:`LMConfig` is a frozen dataclass that :class:`~jaxlab.nn.transformer.TransformerConfig` and
+:class:`LMConfig` is a frozen dataclass that :class:`~jaxlab.lm.transformer.TransformerConfig` and
 :class:`~jaxlab.methods.rmt.RMTConfig` (and every other LM config) subclass. String choices are
 ``Literal``-typed and checked by :func:`jaxlab.core.config.check_choices` when a config is built,
 as are the linear-map options (against every shape the model will build through its linear
@@ -8,7 +8,7 @@ factory, :meth:`LMConfig.linear_shapes`), so a bad ``--set model.xxx=`` fails be
 A config also knows its model's cost: :meth:`LMConfig.flops_per_token` (as levanter's configs do),
 so no experiment keeps a FLOP table. The loss (z-loss included) is not the model's: it lives with
 the task
-(:class:`jaxlab.nn.lm_task.LMTask`) and the experiment configs.
+(:class:`jaxlab.lm.task.LMTask`) and the experiment configs.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The chunked cross-entropy (``LMTask.loss_chunk``): the plain loss's value and gradient.
 
-The reference is :func:`jaxlab.nn.lm_task.cross_entropy` over the full logits (itself pinned to a
+The reference is :func:`jaxlab.lm.task.cross_entropy` over the full logits (itself pinned to a
 float64 numpy loss in ``test_transformer.py``): first for a bare head (an unembedding with and
 without a soft cap, rows on and off the chunk grid, with the z-loss), then through
-:class:`~jaxlab.nn.lm_task.LMTask` for every model that has ``hidden``/``logits_from_hidden``.
+:class:`~jaxlab.lm.task.LMTask` for every model that has ``hidden``/``logits_from_hidden``.
 """
 
 import jax
@@ -13,11 +13,11 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.task import LMTask, chunked_cross_entropy, cross_entropy
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.model import soft_cap
-from jaxlab.nn.lm_task import LMTask, chunked_cross_entropy, cross_entropy
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 # float32 sums in another order: agreement to a few ulps of the loss, not bitwise.
 RTOL = 2e-6

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.nn.kernel_checks import correctness_rows, max_errors, memory_rows
+from jaxlab.testing.kernel_checks import correctness_rows, max_errors, memory_rows
 
 
 def test_max_errors_is_zero_on_itself_and_exact_on_a_known_error():

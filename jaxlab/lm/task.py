@@ -9,7 +9,7 @@ data, ``bits_per_byte`` is the loss divided by ln 2. For other tokenizers the me
 ``bits_per_token`` (loss / ln 2) and ``bits_per_byte`` becomes bits per token divided by the
 corpus's document bytes per token (from the shard index: a corpus average, not the exact bytes of
 each batch). Any model that maps ``(tokens, segment_ids=, positions=)`` to logits fits: the
-baseline :class:`~jaxlab.nn.transformer.Transformer` and the methods' LMs alike. The z-loss
+baseline :class:`~jaxlab.lm.transformer.Transformer` and the methods' LMs alike. The z-loss
 coefficient belongs to the task (and so to each experiment's config), not to a model's config.
 With ``loss_chunk`` > 0 the loss is :func:`chunked_cross_entropy`: the model gives its final hidden
 states (``model.hidden``) and its head maps one block of ``loss_chunk`` tokens at a time to logits

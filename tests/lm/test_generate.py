@@ -1,4 +1,4 @@
-"""Generation (jaxlab.nn.generate) for the Transformer's KV cache and the xLSTM's recurrent state.
+"""Generation (jaxlab.lm.generate) for the Transformer's KV cache and the xLSTM's recurrent state.
 
 The contract tests check teacher-forced cached logits against the full forward for every LM; here:
 greedy generation equals repeatedly taking the argmax of the full forward (no cache), sampling
@@ -17,19 +17,19 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.nn.attention import alibi_slopes, xla_attention
-from jaxlab.nn.attention_kinds import global_sliding_window_attention, sliding_window_attention
-from jaxlab.nn.generate import decode_step, generate, prefill, sample, teacher_forced_logits
-from jaxlab.nn.kv_cache import (
+from jaxlab.lm.generate import decode_step, generate, prefill, sample, teacher_forced_logits
+from jaxlab.lm.kv_cache import (
     cached_attention,
     cached_global_sliding_window_attention,
     cached_mlr_attention,
     cached_sliding_window_attention,
 )
+from jaxlab.lm.transformer import Transformer, TransformerConfig
+from jaxlab.methods.rmt import RMT, RMTConfig
+from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
+from jaxlab.nn.attention import alibi_slopes, xla_attention
+from jaxlab.nn.attention_kinds import global_sliding_window_attention, sliding_window_attention
 from jaxlab.nn.mlr_attention import mlr_attention_reference
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 16
 MODELS = {

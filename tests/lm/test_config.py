@@ -7,10 +7,10 @@ import pytest
 
 from jaxlab.core.config import apply_overrides
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.config import LMConfig
+from jaxlab.lm.task import LMTask
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.methods.rmt import RMTConfig
-from jaxlab.nn.lm_config import LMConfig
-from jaxlab.nn.lm_task import LMTask
-from jaxlab.nn.transformer import TransformerConfig
 
 CONFIGS = [TransformerConfig, RMTConfig]
 
@@ -85,8 +85,8 @@ def test_flops_per_token_follow_the_maps_as_built(linear):
     """A layer's projections and MLP cost twice the parameters the factory builds for them."""
     from flax import nnx
 
+    from jaxlab.lm.transformer import Transformer
     from jaxlab.nn.layers import count_params
-    from jaxlab.nn.transformer import Transformer
 
     cfg = TransformerConfig(
         vocab_size=16, seq_len=8, num_layers=1, d_model=48, num_heads=2, d_ff=96, **linear

@@ -11,9 +11,9 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.task import cross_entropy
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import cross_entropy
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 
 def test_cross_entropy_against_numpy():

@@ -9,9 +9,9 @@ flash_attention_reference`; the Pallas matmul against its reference). On CPU the
 in interpret mode, on a GPU/TPU natively. (2) Memory: :func:`memory_rows` reads the compiled
 ``memory_analysis()`` temporaries of the XLA reference attention and the chunked path, forward and
 forward+backward, for each sequence length: compiled only, never executed, so lengths that would
-not fit in memory can still be measured. This lives in ``nn`` rather than in ``pallas_kernels``
-because it compares the kernels with ``nn``'s attention paths (the kernels package never imports
-jaxlab).
+not fit in memory can still be measured. These are checks, not layers, so they live with the
+testing helpers rather than in ``nn``; not in ``pallas_kernels`` because they compare the kernels
+with ``nn``'s attention paths (the kernels package never imports jaxlab).
 """
 
 from __future__ import annotations
