@@ -15,7 +15,8 @@ With ``loss_chunk`` > 0 the loss is :func:`chunked_cross_entropy`: the model giv
 states (``model.hidden``) and its head maps one block of ``loss_chunk`` tokens at a time to logits
 (``model.logits_from_hidden``: unembedding and any logit cap) under ``jax.checkpoint``, so the
 ``(B, T, V)`` logits and their gradient never exist at once; the value and gradient are those of
-the plain loss. The Transformer and the xLSTM have both methods.
+the plain loss. Every :class:`~jaxlab.lm.model.LanguageModel` (the Transformer, the RMT, the
+xLSTM) has both methods.
 When the model is first built its output vocabulary is checked against the data's (256 byte
 values, or the shard index's vocabulary): a smaller one would index past the logits and is a
 one-line ConfigError; :func:`fit_vocab` gives a model config the shards' vocabulary.

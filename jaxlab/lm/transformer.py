@@ -25,6 +25,7 @@ from jaxlab.core.config import check
 from jaxlab.core.mesh import constrain
 from jaxlab.lm import kv_cache
 from jaxlab.lm.config import LMConfig
+from jaxlab.lm.model import LanguageModel
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.attention_kinds import attend, logit_scale
 from jaxlab.nn.init import unembedding_std, weight_std
@@ -182,7 +183,7 @@ class Block(nnx.Module):
         return x_BTD + self.mlp(self.norm2(x_BTD))
 
 
-class Transformer(nnx.Module):
+class Transformer(LanguageModel):
     """Decoder-only LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32). Tokens are checked
     where they enter (:func:`jaxlab.nn.layers.check_token_ids`, in the embedding)."""
 
@@ -207,16 +208,6 @@ class Transformer(nnx.Module):
             param_dtype=cfg.param_dtype,
             rngs=rngs,
         )
-
-    def __call__(
-        self,
-        tokens_BT: Int[Array, "B T"],
-        *,
-        segment_ids: Int[Array, "B T"] | None = None,
-        positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T V"]:
-        h_BTD = self.hidden(tokens_BT, segment_ids=segment_ids, positions=positions)
-        return self.logits_from_hidden(h_BTD)
 
     def hidden(
         self,

@@ -44,6 +44,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.mesh import constrain
+from jaxlab.lm.model import LanguageModel
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.attention_kinds import attend, logit_scale
@@ -262,7 +263,7 @@ class RMTLayer(nnx.Module):
         return x_BTVK + self.ff(x_BTVK)
 
 
-class RMT(nnx.Module):
+class RMT(LanguageModel):
     """Residual Matrix Transformer LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32).
     Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`, in the
     embedding)."""
@@ -295,13 +296,15 @@ class RMT(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(
+    def hidden(
         self,
         tokens_BT: Int[Array, "B T"],
         *,
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T V"]:
+    ) -> Float[Array, "B T D"]:
+        """The residual matrix after the final norm, read out to vectors of ``width`` = rank x
+        d_value (the head's input, as the Transformer's final-normed ``d_model`` vectors are)."""
         cfg = self.cfg
         e_BTD = self.embed(tokens_BT, positions)  # checks the tokens (check_token_ids)
         B, T = tokens_BT.shape
@@ -311,4 +314,8 @@ class RMT(nnx.Module):
         for layer in self.layers:
             x_BTVK = constrain(layer(x_BTVK, segment_ids), "batch", None, None, None)
         y_BTRV = self.final_norm.read(x_BTVK, self.read_out[...])
-        return self.unembed(y_BTRV.reshape(B, T, cfg.width)).astype(jnp.float32)
+        return y_BTRV.reshape(B, T, cfg.width)
+
+    def logits_from_hidden(self, h_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+        """The unembedding, in float32."""
+        return self.unembed(h_BTD).astype(jnp.float32)

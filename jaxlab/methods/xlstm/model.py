@@ -52,6 +52,7 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
+from jaxlab.lm.model import LanguageModel
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.norm import MultiHeadNorm
@@ -290,7 +291,7 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
     return make(rngs)
 
 
-class xLSTM(nnx.Module):  # noqa: N801
+class xLSTM(LanguageModel):  # noqa: N801
     """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
     model). Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`: a
     one-line error for ids outside ``[0, vocab_size)`` when concrete, a checkify check under
@@ -369,16 +370,6 @@ class xLSTM(nnx.Module):  # noqa: N801
             return jax.lax.scan(body, x_BTE, (group_params, None))[0], None
 
         return jax.lax.scan(group_body, x_BTE, grouped)[0], None
-
-    def __call__(
-        self,
-        tokens_BT: Int[Array, "B T"],
-        *,
-        segment_ids: Int[Array, "B T"] | None = None,
-        positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T V"]:
-        h_BTE = self.hidden(tokens_BT, segment_ids=segment_ids, positions=positions)
-        return self.logits_from_hidden(h_BTE)
 
     def hidden(
         self,
