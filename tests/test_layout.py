@@ -2,14 +2,15 @@
 
 Every ``import`` statement of every module under ``jaxlab/`` and ``pallas_kernels/`` counts,
 wherever it stands (a late import inside a function closes a circle as surely as one at the top),
-and each becomes an edge to the module it names (a submodule if one exists by that name, else
-the package). The tests fail on: (a) any import cycle; (b) a module of ``jaxlab.methods.X``
-importing ``jaxlab.methods.Y`` (a method never imports another: what two share moves down into
-``nn``, ``lm``, ``ot`` or ``core``); (c) a room importing a room it may not (:data:`MAY_IMPORT`):
-the floors ``core`` ← ``data``, ``nn``, ``ot`` ← ``lm`` ← ``methods``, with ``nn`` holding layers
-only (no data pipeline, no training machinery), ``pallas_kernels`` importing no jaxlab and only
-``nn`` and ``methods`` importing it, and ``jaxlab.testing`` imported by no library room. No module
-is imported, so the checks cost no JAX."""
+and each becomes an edge to the module it names (a submodule if one exists by that name, else the
+package). The tests fail on: (a) any import cycle; (b) a module of ``jaxlab.methods.X`` importing
+``jaxlab.methods.Y`` (a method never imports another: what two share moves down into ``nn``, ``lm``,
+``ot`` or ``core``); (c) a room importing a room it may not (:data:`MAY_IMPORT`): the floors
+``core`` ← ``data``, ``nn``, ``ot`` ← ``lm`` ← ``methods``, with ``nn`` holding layers only (no data
+pipeline, no training machinery), ``pallas_kernels`` importing no jaxlab and only ``nn`` and
+``methods`` importing it, and ``jaxlab.testing`` imported by no library room; (d) a module importing
+another module's private name (``from m import _name`` or ``m._name``): what two modules share is
+public in the module that owns it. No module is imported, so the checks cost no JAX."""
 
 from __future__ import annotations
 
@@ -167,6 +168,39 @@ def test_nn_holds_layers_only(graph):
             assert not targets & training, f"{module} imports {targets & training}"
 
 
+def private_imports(modules: dict[str, pathlib.Path] | None = None) -> list[str]:
+    """One line per use of another project module's private name (rule (d)): ``from m import
+    _name`` and ``m._name`` on a name bound by ``import m`` / ``from p import m``."""
+    modules = _modules() if modules is None else modules
+    project = tuple(f"{p}" for p in PACKAGES)
+    bad = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bound = set()  # local names of imported project modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names
+                          if a.name.startswith(project)}  # fmt: skip
+            elif isinstance(node, ast.ImportFrom):
+                if not node.level and not (node.module or "").startswith(project):
+                    continue
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private:
+                        bad.append(f"{name} imports {alias.name} from {node.module}")
+                    bound.add(alias.asname or alias.name)
+        bad += [
+            f"{name} uses {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ]
+    return sorted(bad)
+
+
 @pytest.fixture(scope="module")
 def graph():
     return import_graph()
@@ -186,6 +220,10 @@ def test_there_are_no_import_cycles(graph):
 
 def test_methods_core_and_kernels_import_only_downwards(graph):
     assert layout_violations(graph) == []
+
+
+def test_no_module_uses_another_modules_private_names():
+    assert private_imports() == []
 
 
 def test_the_checks_catch_what_they_forbid(tmp_path):
@@ -218,6 +256,19 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         ".".join(f.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): f
         for f in files
     }
+    (tmp_path / "jaxlab/lm/generate.py").write_text(
+        "from jaxlab.lm.task import _loss\nfrom jaxlab.lm import task\n"
+        "x = task._cache\ny = task.z\n"
+    )
+    files = sorted(tmp_path.rglob("*.py"))
+    modules = {
+        ".".join(f.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): f
+        for f in files
+    }
+    assert private_imports(modules) == [
+        "jaxlab.lm.generate imports _loss from jaxlab.lm.task",
+        "jaxlab.lm.generate uses task._cache",
+    ]
     graph = import_graph(modules)
     assert graph["jaxlab.methods.a"] == {"jaxlab.methods.a.model"}  # relative import resolved
     assert find_cycles(graph) == [["jaxlab.nn.linear", "jaxlab.nn.spectral"]]

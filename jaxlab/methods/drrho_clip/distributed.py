@@ -73,7 +73,7 @@ def _local_clip(img, txt, *, axis: str, tau: float, batch: int):
     pos = offset + jnp.arange(img.shape[0])
 
     def ce(anchor, cand):
-        logits = L._dot(anchor, cand) / tau
+        logits = L.similarities(anchor, cand) / tau
         return jax.nn.logsumexp(logits, axis=1) - jnp.take_along_axis(logits, pos[:, None], 1)[:, 0]
 
     return jax.lax.psum(jnp.sum(ce(img, all_txt) + ce(txt, all_img)), axis) / (2 * batch)

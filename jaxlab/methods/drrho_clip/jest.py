@@ -54,7 +54,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.drrho_clip.losses import _check_shapes, _dot
+from jaxlab.methods.drrho_clip.losses import check_embeddings, similarities
 
 __all__ = [
     "conditional_learnability",
@@ -72,8 +72,8 @@ def sigmoid_pair_losses(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float, bias: float
 ) -> Float[Array, "B B"]:
     """SigLIP's loss of every (image i, text j) pair, log(1 + exp(−z_ij (s_ij/τ + bias)))."""
-    _check_shapes(img_BD, txt_BD)
-    logits_BB = _dot(img_BD, txt_BD) / tau + bias
+    check_embeddings(img_BD, txt_BD)
+    logits_BB = similarities(img_BD, txt_BD) / tau + bias
     z_BB = 2.0 * jnp.eye(logits_BB.shape[0], dtype=logits_BB.dtype) - 1.0
     return jax.nn.softplus(-z_BB * logits_BB)
 
@@ -166,8 +166,8 @@ def softmax_marginal_learnability(
     ref_scale: float,
 ) -> Float[Array, " B"]:
     """m_k = −t s_kk + t_ref r_kk: the learner's minus the reference's negated positive logit."""
-    _check_shapes(img_BD, txt_BD)
-    _check_shapes(ref_img_BE, ref_txt_BE)
+    check_embeddings(img_BD, txt_BD)
+    check_embeddings(ref_img_BE, ref_txt_BE)
     s_B = jnp.sum(img_BD * txt_BD, axis=1, dtype=jnp.promote_types(img_BD.dtype, jnp.float32))
     r_B = jnp.sum(ref_img_BE * ref_txt_BE, axis=1, dtype=s_B.dtype)
     return jax.lax.stop_gradient(-scale * s_B + ref_scale * r_B)
@@ -175,7 +175,7 @@ def softmax_marginal_learnability(
 
 def _masked_negative_term(img_BD, txt_BD, scale, selected_B):
     """½ [lse_{j∈S} t s_kj + lse_{j∈S} t s_jk] for every k (S must not be empty)."""
-    logits_BB = scale * _dot(img_BD, txt_BD)
+    logits_BB = scale * similarities(img_BD, txt_BD)
     lse = jax.nn.logsumexp
     i2t_B = lse(jnp.where(selected_B[None, :], logits_BB, -jnp.inf), axis=1)
     t2i_B = lse(jnp.where(selected_B[:, None], logits_BB, -jnp.inf), axis=0)

@@ -52,6 +52,8 @@ from jaxlab.core.errors import ConfigError
 __all__ = [
     "ContrastiveTables",
     "anchor_log_terms",
+    "check_embeddings",
+    "check_tau_eps",
     "clip_loss",
     "distill_loss",
     "drrho_loss",
@@ -61,6 +63,7 @@ __all__ = [
     "init_tables",
     "margins",
     "per_pair_clip_loss",
+    "similarities",
     "surrogate_terms",
     "update_log_u",
     "write_tables",
@@ -83,12 +86,15 @@ def _check_scalar(name: str, value: object, ok, want: str) -> None:
             raise ConfigError(f"{name} must be {want}, got {value!r}")
 
 
-def _check(tau: object, eps: object = 0.0) -> None:
+def check_tau_eps(tau: object, eps: object = 0.0) -> None:
+    """One-line :class:`ConfigError` unless ``tau`` (> 0) and ``eps`` (>= 0) are finite real
+    scalars; a traced scalar is checked for its shape alone."""
     _check_scalar("tau", tau, lambda t: t > 0 and math.isfinite(t), "a positive finite number")
     _check_scalar("eps", eps, lambda e: e >= 0 and math.isfinite(e), "a finite number >= 0")
 
 
-def _check_shapes(*arrays: jax.Array | None) -> None:
+def check_embeddings(*arrays: jax.Array | None) -> None:
+    """One-line :class:`ConfigError` unless every array given is ``(B, D)`` with one ``D``."""
     shapes = [a.shape for a in arrays if a is not None]
     if any(len(s) != 2 for s in shapes) or len({s[-1] for s in shapes}) > 1:
         raise ConfigError(f"embeddings must be (B, D) with one D, got shapes {shapes}")
@@ -96,7 +102,7 @@ def _check_shapes(*arrays: jax.Array | None) -> None:
 
 def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) -> None:
     """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, E)``."""
-    _check_shapes(img, txt)
+    check_embeddings(img, txt)
     if img.shape[0] != txt.shape[0] or img.shape[0] < min_batch:
         raise ConfigError(
             f"need B >= {min_batch} matching pairs, got img {img.shape} and txt {txt.shape}"
@@ -114,7 +120,7 @@ def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) ->
         )
 
 
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+def similarities(a: jax.Array, b: jax.Array) -> jax.Array:
     """``a @ b.T`` accumulated in float32 at least (float64 when the inputs are)."""
     return jnp.dot(a, b.T, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
 
@@ -143,10 +149,10 @@ def margins(
     b, n = anchor_BD.shape[0], candidate_ND.shape[0]
     pos_B = offset + jnp.arange(b)
     neg_BN = jnp.arange(n)[None, :] != pos_B[:, None]
-    s_BN = _dot(anchor_BD, candidate_ND)
+    s_BN = similarities(anchor_BD, candidate_ND)
     d_BN = s_BN - jnp.take_along_axis(s_BN, pos_B[:, None], axis=1)
     if ref_anchor_BD is not None:
-        r_BN = _dot(ref_anchor_BD, ref_candidate_ND)
+        r_BN = similarities(ref_anchor_BD, ref_candidate_ND)
         d_BN = d_BN - (r_BN - jnp.take_along_axis(r_BN, pos_B[:, None], axis=1))
     return d_BN / tau, neg_BN
 
@@ -209,7 +215,7 @@ def gate_off(
     ``m_i / (ε + m_i)``; it is off (weight below 1/2) when ``m_i < ε``, that is when its
     reference-adjusted margins lie below about ``−τ ln(1/ε)``. With ε = 0 no anchor is off.
     """
-    _check(tau, eps)
+    check_tau_eps(tau, eps)
     _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
     if not is_traced(eps) and float(eps) == 0:
         return jnp.zeros((2, img_BD.shape[0]), bool)
@@ -238,7 +244,7 @@ def drrho_loss(
     Both directions are summed (image anchors against texts, text anchors against images), as in
     the formula; ``ref_img_BE = ref_txt_BE = None`` gives exactly :func:`gcl_loss`.
     """
-    _check(tau, eps)
+    check_tau_eps(tau, eps)
     _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
     img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BE, ref_txt_BE, tau=tau, eps=eps)
     txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BE, ref_img_BE, tau=tau, eps=eps)
@@ -268,9 +274,9 @@ def per_pair_clip_loss(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
 ) -> Float[Array, " B"]:
     """Each pair's InfoNCE within the batch, (image→text + text→image) / 2 (JEST's scores)."""
-    _check(tau)
+    check_tau_eps(tau)
     _check_pairs(img_BD, txt_BD, min_batch=0)
-    logits_BB = _dot(img_BD, txt_BD) / tau
+    logits_BB = similarities(img_BD, txt_BD) / tau
     diag_B = jnp.diagonal(logits_BB)
     img_ce = jax.nn.logsumexp(logits_BB, axis=1) - diag_B
     txt_ce = jax.nn.logsumexp(logits_BB, axis=0) - diag_B
@@ -288,11 +294,11 @@ def distill_loss(
 ) -> Float[Array, ""]:
     """Knowledge distillation from the reference: cross-entropy of the target's softmax rows
     against the reference's (both directions, halved), as the authors' ``distill_loss``."""
-    _check(tau)
+    check_tau_eps(tau)
     _check_scalar("ref_tau", ref_tau, lambda t: t > 0 and math.isfinite(t), "a positive number")
     _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=1)
-    s_BB = _dot(img_BD, txt_BD) / tau
-    r_BB = jax.lax.stop_gradient(_dot(ref_img_BE, ref_txt_BE) / ref_tau)
+    s_BB = similarities(img_BD, txt_BD) / tau
+    r_BB = jax.lax.stop_gradient(similarities(ref_img_BE, ref_txt_BE) / ref_tau)
 
     def ce(student, teacher):
         return -jnp.mean(jnp.sum(jax.nn.softmax(teacher, 1) * jax.nn.log_softmax(student, 1), 1))
@@ -379,7 +385,7 @@ def drrho_surrogate(
     Returns:
       The surrogate (mean over the anchors) and the tables with the anchors' entries updated.
     """
-    _check(tau, eps)
+    check_tau_eps(tau, eps)
     _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
     rows = anchors or slice(None)
     n_anchors = len(range(*rows.indices(img_BD.shape[0])))
