@@ -47,11 +47,11 @@ import numpy as np
 from jaxlab.methods.rmt import retrieve, store
 
 R, Dk, Dv = 4, 8, 5
-keys_RK = jnp.asarray(np.linalg.qr(np.random.default_rng(0).normal(size=(Dk, Dk)))[0][:R])
-y_BTRV = jax.random.normal(jax.random.key(0), (1, 1, R, Dv))
-x_BTVK = store(y_BTRV, keys_RK)  # one token's residual matrix X, held as X^T (Dv x Dk)
-print("residual matrix:", x_BTVK.shape)
-print("max retrieval error:", float(jnp.abs(retrieve(x_BTVK, keys_RK.T) - y_BTRV).max()))
+keys_RM = jnp.asarray(np.linalg.qr(np.random.default_rng(0).normal(size=(Dk, Dk)))[0][:R])
+y_BTRE = jax.random.normal(jax.random.key(0), (1, 1, R, Dv))
+x_BTEM = store(y_BTRE, keys_RM)  # one token's residual matrix X, held as X^T (Dv x Dk)
+print("residual matrix:", x_BTEM.shape)
+print("max retrieval error:", float(jnp.abs(retrieve(x_BTEM, keys_RM.T) - y_BTRE).max()))
 
 # %% [markdown]
 # ## The paper's presets against their transformers

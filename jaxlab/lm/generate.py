@@ -192,8 +192,8 @@ def teacher_forced_logits(
     :func:`decode_step` per true token. Equal to ``model(tokens_BT)`` when the cache is right."""
     _check(model)
     T = tokens_BT.shape[1]
-    logits_BPV, cache = prefill(model, tokens_BT[:, :prompt_len], max_len=T)
-    out = [logits_BPV]
+    prompt_logits_BTV, cache = prefill(model, tokens_BT[:, :prompt_len], max_len=T)
+    out = [prompt_logits_BTV]
     for t in range(prompt_len, T):
         logits_BV, cache = decode_step(model, tokens_BT[:, t], cache)
         out.append(logits_BV[:, None])

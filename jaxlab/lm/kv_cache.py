@@ -1,7 +1,7 @@
 """The baseline Transformer's key/value cache: preallocated to a maximum length, written in place,
 for every attention kind (:mod:`jaxlab.nn.attention_kinds`).
 
-:func:`init_cache` allocates, per layer, keys and values ``(B, max_len, K, D)`` (zeros) and a write
+:func:`init_cache` allocates, per layer, keys and values ``(B, max_len, K, E)`` (zeros) and a write
 position; :func:`extend` runs ``T`` new tokens through the model's own submodules (embedding,
 norms, projections, MLP, unembedding), writes their keys and values at ``[pos, pos + T)`` with
 ``lax.dynamic_update_slice`` (in place under ``jit`` with donation) and attends each new query to
@@ -60,7 +60,7 @@ _MASK_VALUE = -1e30  # as the reference attention's masked logits: exp() underfl
 
 
 class KVCache(NamedTuple):
-    """The Transformer's generation cache: keys ``k`` and values ``v``, a ``(B, max_len, K, D)``
+    """The Transformer's generation cache: keys ``k`` and values ``v``, a ``(B, max_len, K, E)``
     array per layer, and ``pos`` (int32 scalar), the number of positions written."""
 
     k: tuple[Array, ...]
@@ -83,22 +83,22 @@ def init_cache(model, batch_size: int, max_len: int) -> KVCache:
 
 
 def cached_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSKD: Float[Array, "B S K D"],
-    v_BSKD: Float[Array, "B S K D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSKE: Float[Array, "B S K E"],
+    v_BSKE: Float[Array, "B S K E"],
     pos: Int[Array, ""],
     *,
     scale: float,
     alibi_slopes: Float[Array, " H"] | None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Queries at positions ``pos + t`` against a cache of ``S`` slots (slot s = position s):
     logits in :func:`~jaxlab.nn.attention.accumulation_dtype` (float32, or float64 for float64
     inputs), keys after the query (and the unwritten slots) masked."""
-    B, T, H, D = q_BTHD.shape
-    acc = accumulation_dtype(q_BTHD, k_BSKD, v_BSKD)
-    S, K = k_BSKD.shape[1:3]
-    q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)
-    logits = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=acc)
+    B, T, H, E = q_BTHE.shape
+    acc = accumulation_dtype(q_BTHE, k_BSKE, v_BSKE)
+    S, K = k_BSKE.shape[1:3]
+    q_BTKGE = q_BTHE.reshape(B, T, K, H // K, E)
+    logits = jnp.einsum("btkge,bske->bkgts", q_BTKGE, k_BSKE, preferred_element_type=acc)
     logits_BHTS = logits.reshape(B, H, T, S) * scale
     q_pos, k_pos = pos + jnp.arange(T)[:, None], jnp.arange(S)[None, :]
     if alibi_slopes is not None:
@@ -106,9 +106,9 @@ def cached_attention(
         logits_BHTS -= alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
     logits_BHTS = jnp.where((q_pos >= k_pos)[None, None], logits_BHTS, _MASK_VALUE)
     probs_BKGTS = (
-        jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSKD.dtype).reshape(B, K, H // K, T, S)
+        jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSKE.dtype).reshape(B, K, H // K, T, S)
     )
-    return jnp.einsum("bkgts,bskd->btkgd", probs_BKGTS, v_BSKD).reshape(B, T, H, D)
+    return jnp.einsum("bkgts,bske->btkge", probs_BKGTS, v_BSKE).reshape(B, T, H, E)
 
 
 # ---------------------------------------------------------------- the other kinds (K == H)
@@ -121,21 +121,21 @@ def _slots(x_BS, start, n: int):
     return jax.lax.dynamic_slice_in_dim(x_BS, start, n, axis=1), start + jnp.arange(n)
 
 
-def _window(k_BSHD, v_BSHD, pos, T: int, n: int):
+def _window(k_BSHE, v_BSHE, pos, T: int, n: int):
     """Keys, values and their positions that queries ``pos .. pos + T - 1`` may need when each
     sees at most the ``n`` positions up to itself: the ``n`` slots ending at ``pos`` for one
     query, the whole cache otherwise."""
-    if T == 1 and n < k_BSHD.shape[1]:
-        k_BnHD, k_pos = _slots(k_BSHD, pos - n + 1, n)
-        return k_BnHD, _slots(v_BSHD, pos - n + 1, n)[0], k_pos
-    return k_BSHD, v_BSHD, jnp.arange(k_BSHD.shape[1])
+    if T == 1 and n < k_BSHE.shape[1]:
+        k_win_BSHE, k_pos = _slots(k_BSHE, pos - n + 1, n)
+        return k_win_BSHE, _slots(v_BSHE, pos - n + 1, n)[0], k_pos
+    return k_BSHE, v_BSHE, jnp.arange(k_BSHE.shape[1])
 
 
-def _probs(q_BTHD, k_BSHD, q_pos, k_pos, keep_TS, scale, alibi_slopes):
+def _probs(q_BTHE, k_BSHE, q_pos, k_pos, keep_TS, scale, alibi_slopes):
     """Masked softmax ``(B, H, T, S)`` in float32 (float64 for float64 inputs) of ``scale * q.k``
     minus the ALiBi bias."""
-    acc = accumulation_dtype(q_BTHD, k_BSHD)
-    s = jnp.einsum("bthd,bshd->bhts", q_BTHD, k_BSHD, preferred_element_type=acc) * scale
+    acc = accumulation_dtype(q_BTHE, k_BSHE)
+    s = jnp.einsum("bthe,bshe->bhts", q_BTHE, k_BSHE, preferred_element_type=acc) * scale
     if alibi_slopes is not None:
         distance_TS = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(acc)
         s = s - alibi_slopes.astype(acc)[None, :, None, None] * distance_TS
@@ -149,61 +149,61 @@ def _window_keep(q_pos, k_pos, window: int | None):
     return keep
 
 
-def _pv(p_BHTS, v_BSHD):
-    return jnp.einsum("bhts,bshd->bthd", p_BHTS.astype(v_BSHD.dtype), v_BSHD)
+def _pv(p_BHTS, v_BSHE):
+    return jnp.einsum("bhts,bshe->bthe", p_BHTS.astype(v_BSHE.dtype), v_BSHE)
 
 
 def cached_sliding_window_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSHD: Float[Array, "B S H D"],
-    v_BSHD: Float[Array, "B S H D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSHE: Float[Array, "B S H E"],
+    v_BSHE: Float[Array, "B S H E"],
     pos: Int[Array, ""],
     *,
     window: int,
     scale: float,
     alibi_slopes: Float[Array, " H"] | None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """:func:`jaxlab.nn.attention_kinds.sliding_window_attention` of queries at ``pos + t``
     against the cache: query ``i`` sees positions ``i - window .. i``; a one-token step reads only
     those ``window + 1`` slots."""
-    T = q_BTHD.shape[1]
-    k, v, k_pos = _window(k_BSHD, v_BSHD, pos, T, window + 1)
+    T = q_BTHE.shape[1]
+    k, v, k_pos = _window(k_BSHE, v_BSHE, pos, T, window + 1)
     q_pos = pos + jnp.arange(T)
-    p = _probs(q_BTHD, k, q_pos, k_pos, _window_keep(q_pos, k_pos, window), scale, alibi_slopes)
+    p = _probs(q_BTHE, k, q_pos, k_pos, _window_keep(q_pos, k_pos, window), scale, alibi_slopes)
     return _pv(p, v)
 
 
 def cached_global_sliding_window_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSHD: Float[Array, "B S H D"],
-    v_BSHD: Float[Array, "B S H D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSHE: Float[Array, "B S H E"],
+    v_BSHE: Float[Array, "B S H E"],
     pos: Int[Array, ""],
     *,
     window: int,
     logit_factor: float,
     alibi_slopes: Float[Array, " H"] | None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """:func:`jaxlab.nn.attention_kinds.global_sliding_window_attention` against the cache: the
     first half of the channels over every cached key up to the query, the second half over the
     window (a one-token step reads only its ``window + 1`` slots), each soft-maxed at scale
-    ``logit_factor / sqrt(D / 2)``, the two probability matrices added (the authors' GSWA)."""
-    T, half = q_BTHD.shape[1], q_BTHD.shape[-1] // 2
+    ``logit_factor / sqrt(E / 2)``, the two probability matrices added (the authors' GSWA)."""
+    T, half = q_BTHE.shape[1], q_BTHE.shape[-1] // 2
     scale = logit_factor / math.sqrt(half)
-    q_pos, all_pos = pos + jnp.arange(T), jnp.arange(k_BSHD.shape[1])
-    p_global = _probs(q_BTHD[..., :half], k_BSHD[..., :half], q_pos, all_pos,
+    q_pos, all_pos = pos + jnp.arange(T), jnp.arange(k_BSHE.shape[1])
+    p_global = _probs(q_BTHE[..., :half], k_BSHE[..., :half], q_pos, all_pos,
                       _window_keep(q_pos, all_pos, None), scale, alibi_slopes)  # fmt: skip
-    k, v, k_pos = _window(k_BSHD, v_BSHD, pos, T, window + 1)
-    p_local = _probs(q_BTHD[..., half:], k[..., half:], q_pos, k_pos,
+    k, v, k_pos = _window(k_BSHE, v_BSHE, pos, T, window + 1)
+    p_local = _probs(q_BTHE[..., half:], k[..., half:], q_pos, k_pos,
                      _window_keep(q_pos, k_pos, window), scale, alibi_slopes)  # fmt: skip
-    if k.shape[1] == k_BSHD.shape[1]:  # one key axis: add the probabilities, as the forward does
-        return _pv(p_global + p_local, v_BSHD)
-    return _pv(p_global, v_BSHD) + _pv(p_local, v)
+    if k.shape[1] == k_BSHE.shape[1]:  # one key axis: add the probabilities, as the forward does
+        return _pv(p_global + p_local, v_BSHE)
+    return _pv(p_global, v_BSHE) + _pv(p_local, v)
 
 
 def cached_mlr_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSHD: Float[Array, "B S H D"],
-    v_BSHD: Float[Array, "B S H D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSHE: Float[Array, "B S H E"],
+    v_BSHE: Float[Array, "B S H E"],
     pos: Int[Array, ""],
     *,
     ranks: tuple[int, ...],
@@ -211,7 +211,7 @@ def cached_mlr_attention(
     seq_len: int,
     logit_scale: float,
     alibi_slopes: Float[Array, " H"] | None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """:func:`jaxlab.nn.mlr_attention.mlr_attention` (Kuang et al. 2025, Sec. 4) of queries at
     ``pos + t`` against the cache, on the block grid of ``seq_len`` (module docstring).
 
@@ -225,9 +225,9 @@ def cached_mlr_attention(
     block lies inside the coarser one). A multi-token extend scores the whole cache with one
     same-block mask per level.
     """
-    B, T, H, _ = q_BTHD.shape
-    S, L = k_BSHD.shape[1], len(ranks)
-    acc = accumulation_dtype(q_BTHD, k_BSHD, v_BSHD)  # float32, or float64 for float64 inputs
+    B, T, H, _ = q_BTHE.shape
+    S, L = k_BSHE.shape[1], len(ranks)
+    acc = accumulation_dtype(q_BTHE, k_BSHE, v_BSHE)  # float32, or float64 for float64 inputs
     q_pos = pos + jnp.arange(T)
     blocks = [seq_len // 2**level for level in range(L)]
     bounds = [0, *itertools.accumulate(ranks)]
@@ -236,23 +236,23 @@ def cached_mlr_attention(
         # The slot where each level's current block starts (clamped like dynamic_slice).
         starts = [jnp.clip((pos // b) * b, 0, S - m) for b, m in zip(blocks, n, strict=True)]
         k_pos = starts[0] + jnp.arange(n[0])
-        v = jax.lax.dynamic_slice_in_dim(v_BSHD, starts[0], n[0], axis=1)
+        v = jax.lax.dynamic_slice_in_dim(v_BSHE, starts[0], n[0], axis=1)
         s = jnp.zeros((B, H, 1, n[0]), acc)
         for level, (b, m, start) in enumerate(zip(blocks, n, starts, strict=True)):
             lo, hi = bounds[level], bounds[level + 1]
-            k_l = jax.lax.dynamic_slice_in_dim(k_BSHD[..., lo:hi], start, m, axis=1)
-            s_l = jnp.einsum("bthd,bshd->bhts", q_BTHD[..., lo:hi], k_l,
+            k_l = jax.lax.dynamic_slice_in_dim(k_BSHE[..., lo:hi], start, m, axis=1)
+            s_l = jnp.einsum("bthe,bshe->bhts", q_BTHE[..., lo:hi], k_l,
                              preferred_element_type=acc) / (hi - lo)  # fmt: skip
             same = (start + jnp.arange(m)) // b == pos // b
             off = start - starts[0]
             into = jax.lax.dynamic_slice_in_dim(s, off, m, axis=3)
             s = jax.lax.dynamic_update_slice_in_dim(s, into + jnp.where(same, s_l, 0.0), off, 3)
     else:
-        k_pos, v = jnp.arange(S), v_BSHD
+        k_pos, v = jnp.arange(S), v_BSHE
         s = jnp.zeros((B, H, T, S), acc)
         for level, b in enumerate(blocks):
             lo, hi = bounds[level], bounds[level + 1]
-            s_l = jnp.einsum("bthd,bshd->bhts", q_BTHD[..., lo:hi], k_BSHD[..., lo:hi],
+            s_l = jnp.einsum("bthe,bshe->bhts", q_BTHE[..., lo:hi], k_BSHE[..., lo:hi],
                              preferred_element_type=acc) / (hi - lo)  # fmt: skip
             same = q_pos[:, None] // b == k_pos[None, :] // b
             s = s + jnp.where(same[None, None], s_l, 0.0)
@@ -270,24 +270,24 @@ def cached_mlr_attention(
     return _pv(jax.nn.softmax(jnp.where(keep_TS[None, None], s, _MASK_VALUE), axis=-1), v)
 
 
-def _attend_cached(attn, q_BTHD, k_cache, v_cache, pos):
+def _attend_cached(attn, q_BTHE, k_cache, v_cache, pos):
     """The cached form of ``attn``'s kind, with the scales :func:`jaxlab.nn.attention_kinds.attend`
-    gives it (the non-mha kinds take the model's factor beyond ``D^-1/2``)."""
+    gives it (the non-mha kinds take the model's factor beyond ``E^-1/2``)."""
     common = dict(alibi_slopes=attn.slopes)
     factor = attn.scale * math.sqrt(attn.head_dim)
     if attn.kind == "mha":
-        return cached_attention(q_BTHD, k_cache, v_cache, pos, scale=attn.scale, **common)
+        return cached_attention(q_BTHE, k_cache, v_cache, pos, scale=attn.scale, **common)
     if attn.kind == "swa":
         return cached_sliding_window_attention(
-            q_BTHD, k_cache, v_cache, pos, window=attn.window, scale=attn.scale, **common
+            q_BTHE, k_cache, v_cache, pos, window=attn.window, scale=attn.scale, **common
         )
     if attn.kind == "gswa":
         return cached_global_sliding_window_attention(
-            q_BTHD, k_cache, v_cache, pos, window=attn.window, logit_factor=factor, **common
+            q_BTHE, k_cache, v_cache, pos, window=attn.window, logit_factor=factor, **common
         )
     if attn.kind == "mlr":
         return cached_mlr_attention(
-            q_BTHD, k_cache, v_cache, pos, ranks=tuple(attn.ranks),
+            q_BTHE, k_cache, v_cache, pos, ranks=tuple(attn.ranks),
             normalize=None if attn.normalize == "none" else attn.normalize,
             seq_len=attn.seq_len, logit_scale=factor, **common,
         )  # fmt: skip
@@ -306,12 +306,12 @@ def extend(
     for block, k_cache, v_cache in zip(model.blocks, cache.k, cache.v, strict=True):
         attn = block.attn
         h_BTD = block.norm1(x_BTD)
-        q_BTHD, k_BTKD, v_BTKD = attn.qkv(h_BTD)
+        q_BTHE, k_BTKE, v_BTKE = attn.qkv(h_BTD)
         start = (0, pos, 0, 0)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKD.astype(k_cache.dtype), start)
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKD.astype(v_cache.dtype), start)
-        o_BTHD = _attend_cached(attn, q_BTHD, k_cache, v_cache, pos)
-        x_BTD = x_BTD + attn.out(o_BTHD.reshape(B, T, -1))
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k_BTKE.astype(k_cache.dtype), start)
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v_BTKE.astype(v_cache.dtype), start)
+        o_BTHE = _attend_cached(attn, q_BTHE, k_cache, v_cache, pos)
+        x_BTD = x_BTD + attn.out(o_BTHE.reshape(B, T, -1))
         x_BTD = x_BTD + block.mlp(block.norm2(x_BTD))
         new_k.append(k_cache)
         new_v.append(v_cache)

@@ -134,21 +134,21 @@ class Attention(nnx.Module):
     def qkv(self, x_BTD: Float[Array, "B T D"]):
         """Per-head queries, keys (QK-normed when the config says so) and values."""
         B, T, _ = x_BTD.shape
-        q_BTHD = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
-        k_BTKD = self.k(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
-        v_BTKD = self.v(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
+        q_BTHE = self.q(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
+        k_BTKE = self.k(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
+        v_BTKE = self.v(x_BTD).reshape(B, T, self.kv_heads, self.head_dim)
         if self.q_norm is not None:
-            q_BTHD = self.q_norm(q_BTHD).astype(v_BTKD.dtype)
-            k_BTKD = self.k_norm(k_BTKD).astype(v_BTKD.dtype)
-        return q_BTHD, k_BTKD, v_BTKD
+            q_BTHE = self.q_norm(q_BTHE).astype(v_BTKE.dtype)
+            k_BTKE = self.k_norm(k_BTKE).astype(v_BTKE.dtype)
+        return q_BTHE, k_BTKE, v_BTKE
 
     def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids: Int[Array, "B T"] | None):
         B, T, _ = x_BTD.shape
-        q_BTHD, k_BTKD, v_BTKD = self.qkv(x_BTD)
-        o_BTHD = attend(
-            q_BTHD,
-            k_BTKD,
-            v_BTKD,
+        q_BTHE, k_BTKE, v_BTKE = self.qkv(x_BTD)
+        o_BTHE = attend(
+            q_BTHE,
+            k_BTKE,
+            v_BTKE,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
             scale=self.scale,
@@ -159,7 +159,7 @@ class Attention(nnx.Module):
             normalize=self.normalize,
             seq_len=self.seq_len,
         )
-        return self.out(o_BTHD.reshape(B, T, -1))
+        return self.out(o_BTHE.reshape(B, T, -1))
 
 
 class Block(nnx.Module):

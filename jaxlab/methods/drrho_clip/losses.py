@@ -27,7 +27,7 @@ seen for the first time takes the batch estimate itself (:func:`update_log_u`).
 
 Checks and ``jit``. Every public loss takes plain arrays. Shapes are checked always (they are
 static): mismatched batches, a reference whose batch differs from the learner's or whose two
-embeddings differ in width (the reference's width E may differ from the learner's D: it is another
+embeddings differ in width (the reference's width Z may differ from the learner's D: it is another
 model), an empty batch, each a one-line :class:`~jaxlab.core.errors.ConfigError`. Values (τ > 0,
 ε ≥ 0, γ ∈ (0, 1]) are checked when concrete; τ, ε and γ may also be traced (``jax.jit`` with them
 as arguments, a learned temperature, ``jax.grad`` with respect to τ or ε: ∂F/∂ε = τ·mean_i
@@ -101,7 +101,7 @@ def check_embeddings(*arrays: jax.Array | None) -> None:
 
 
 def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) -> None:
-    """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, E)``."""
+    """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, Z)``."""
     check_embeddings(img, txt)
     if img.shape[0] != txt.shape[0] or img.shape[0] < min_batch:
         raise ConfigError(
@@ -114,7 +114,7 @@ def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) ->
     b = img.shape[0]
     if jnp.ndim(ref_img) != 2 or jnp.shape(ref_img) != jnp.shape(ref_txt) or ref_img.shape[0] != b:
         raise ConfigError(
-            f"the reference embeddings must be (B, E) with the learner's B={b} and one width E: "
+            f"the reference embeddings must be (B, Z) with the learner's B={b} and one width Z: "
             f"got ref_img {jnp.shape(ref_img)} and ref_txt {jnp.shape(ref_txt)} for img "
             f"{img.shape} and txt {txt.shape}"
         )
@@ -128,8 +128,8 @@ def similarities(a: jax.Array, b: jax.Array) -> jax.Array:
 def margins(
     anchor_BD: Float[Array, "B D"],
     candidate_ND: Float[Array, "N D"],
-    ref_anchor_BD: Float[Array, "B E"] | None = None,
-    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    ref_anchor_BZ: Float[Array, "B Z"] | None = None,
+    ref_candidate_NZ: Float[Array, "N Z"] | None = None,
     *,
     tau: float | Float[Array, ""],
     offset: int | jax.Array = 0,
@@ -138,7 +138,7 @@ def margins(
 
     Args:
       anchor_BD, candidate_ND: target embeddings; anchor i's positive is candidate ``offset + i``.
-      ref_anchor_BD, ref_candidate_ND: the reference model's embeddings of the same pairs, or None
+      ref_anchor_BZ, ref_candidate_NZ: the reference model's embeddings of the same pairs, or None
         for no reference (the GCL margins).
       tau: temperature (the reference uses the target's).
       offset: column of the first anchor's positive (process_index × local batch when sharded).
@@ -151,8 +151,8 @@ def margins(
     neg_BN = jnp.arange(n)[None, :] != pos_B[:, None]
     s_BN = similarities(anchor_BD, candidate_ND)
     d_BN = s_BN - jnp.take_along_axis(s_BN, pos_B[:, None], axis=1)
-    if ref_anchor_BD is not None:
-        r_BN = similarities(ref_anchor_BD, ref_candidate_ND)
+    if ref_anchor_BZ is not None:
+        r_BN = similarities(ref_anchor_BZ, ref_candidate_NZ)
         d_BN = d_BN - (r_BN - jnp.take_along_axis(r_BN, pos_B[:, None], axis=1))
     return d_BN / tau, neg_BN
 
@@ -186,8 +186,8 @@ def _log_eps_mean(
 def anchor_log_terms(
     anchor_BD: Float[Array, "B D"],
     candidate_ND: Float[Array, "N D"],
-    ref_anchor_BD: Float[Array, "B E"] | None = None,
-    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    ref_anchor_BZ: Float[Array, "B Z"] | None = None,
+    ref_candidate_NZ: Float[Array, "N Z"] | None = None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -195,7 +195,7 @@ def anchor_log_terms(
 ) -> Float[Array, " B"]:
     """Per-anchor log(ε + (1/(N−1)) Σ_{j≠i} exp(d_ij)) of Eq. (9), unscaled by τ."""
     d_BN, neg_BN = margins(
-        anchor_BD, candidate_ND, ref_anchor_BD, ref_candidate_ND, tau=tau, offset=offset
+        anchor_BD, candidate_ND, ref_anchor_BZ, ref_candidate_NZ, tau=tau, offset=offset
     )
     return _log_eps_mean(d_BN, neg_BN, eps, candidate_ND.shape[0] - 1)
 
@@ -203,8 +203,8 @@ def anchor_log_terms(
 def gate_off(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -216,14 +216,14 @@ def gate_off(
     reference-adjusted margins lie below about ``−τ ln(1/ε)``. With ε = 0 no anchor is off.
     """
     check_tau_eps(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
     if not is_traced(eps) and float(eps) == 0:
         return jnp.zeros((2, img_BD.shape[0]), bool)
     count = img_BD.shape[0] - 1
     rows = []
     for anchor, cand, r_anchor, r_cand in (
-        (img_BD, txt_BD, ref_img_BE, ref_txt_BE),
-        (txt_BD, img_BD, ref_txt_BE, ref_img_BE),
+        (img_BD, txt_BD, ref_img_BZ, ref_txt_BZ),
+        (txt_BD, img_BD, ref_txt_BZ, ref_img_BZ),
     ):
         d_BN, neg_BN = margins(anchor, cand, r_anchor, r_cand, tau=tau)
         rows.append(_log_eps_mean(d_BN, neg_BN, 0.0, count) < jnp.log(eps))  # log m_i < log ε
@@ -233,8 +233,8 @@ def gate_off(
 def drrho_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -242,12 +242,12 @@ def drrho_loss(
     """The DRRho-CLIP objective F on one global batch (module docstring; paper Eq. (9)).
 
     Both directions are summed (image anchors against texts, text anchors against images), as in
-    the formula; ``ref_img_BE = ref_txt_BE = None`` gives exactly :func:`gcl_loss`.
+    the formula; ``ref_img_BZ = ref_txt_BZ = None`` gives exactly :func:`gcl_loss`.
     """
     check_tau_eps(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
-    img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BE, ref_txt_BE, tau=tau, eps=eps)
-    txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BE, ref_img_BE, tau=tau, eps=eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
+    img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, tau=tau, eps=eps)
+    txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BZ, ref_img_BZ, tau=tau, eps=eps)
     return tau * jnp.mean(img_terms + txt_terms)
 
 
@@ -286,8 +286,8 @@ def per_pair_clip_loss(
 def distill_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     *,
     tau: float | Float[Array, ""],
     ref_tau: float | Float[Array, ""],
@@ -296,9 +296,9 @@ def distill_loss(
     against the reference's (both directions, halved), as the authors' ``distill_loss``."""
     check_tau_eps(tau)
     _check_scalar("ref_tau", ref_tau, lambda t: t > 0 and math.isfinite(t), "a positive number")
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=1)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=1)
     s_BB = similarities(img_BD, txt_BD) / tau
-    r_BB = jax.lax.stop_gradient(similarities(ref_img_BE, ref_txt_BE) / ref_tau)
+    r_BB = jax.lax.stop_gradient(similarities(ref_img_BZ, ref_txt_BZ) / ref_tau)
 
     def ce(student, teacher):
         return -jnp.mean(jnp.sum(jax.nn.softmax(teacher, 1) * jax.nn.log_softmax(student, 1), 1))
@@ -359,8 +359,8 @@ def _surrogate_direction(
 def drrho_surrogate(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     tables: ContrastiveTables,
     ids_B: Int[Array, " B"],
     *,
@@ -386,7 +386,7 @@ def drrho_surrogate(
       The surrogate (mean over the anchors) and the tables with the anchors' entries updated.
     """
     check_tau_eps(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
     rows = anchors or slice(None)
     n_anchors = len(range(*rows.indices(img_BD.shape[0])))
     if jnp.shape(ids_B) != (n_anchors,):
@@ -394,20 +394,20 @@ def drrho_surrogate(
             f"ids_B must hold one sample id per anchor: {n_anchors} anchors, got ids_B of shape "
             f"{jnp.shape(ids_B)}"
         )
-    ref = ref_img_BE is not None
+    ref = ref_img_BZ is not None
     d_img, neg = margins(
         img_BD[rows],
         txt_BD,
-        ref_img_BE[rows] if ref else None,
-        ref_txt_BE,
+        ref_img_BZ[rows] if ref else None,
+        ref_txt_BZ,
         tau=tau,
         offset=offset,
     )
     d_txt, _ = margins(
         txt_BD[rows],
         img_BD,
-        ref_txt_BE[rows] if ref else None,
-        ref_img_BE,
+        ref_txt_BZ[rows] if ref else None,
+        ref_img_BZ,
         tau=tau,
         offset=offset,
     )
