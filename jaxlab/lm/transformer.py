@@ -36,8 +36,8 @@ __all__ = ["Transformer", "TransformerConfig"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TransformerConfig(LMConfig):
-    """Shape and options of :class:`Transformer` (common fields: :class:`~jaxlab.lm.config.LMConfig`);
-    invalid combinations fail here, when built.
+    """Shape and options of :class:`Transformer` (common fields:
+    :class:`~jaxlab.lm.config.LMConfig`); invalid combinations fail here, when built.
 
     ``d_ff`` 0 means ``4 * d_model``. ``linear`` applies to the MLP and to the Q, K, V and output
     projections.
