@@ -4,13 +4,17 @@ Like optax's ``coverage_check``, without building the docs: every name in the ``
 public module (no part of its dotted path starts with ``_``) must be in the reference, listed in
 the table of its module's page in ``docs/api/`` and documented by one autodoc entry at the module
 that owns it; the pages must be what ``docs/gen_api.py`` writes from the source today; every
-README has a page. Nothing here needs Sphinx.
+README has a page. The docstring examples of :data:`DOCTEST_MODULES` run as doctests here (the
+README's examples run in ``test_readme.py``). Building the docs themselves (warnings as errors) is
+``.ci/run``'s last step; nothing here needs Sphinx.
 """
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import importlib.util
+import io
 import re
 import sys
 
@@ -20,6 +24,13 @@ from tests.conftest import REPO
 
 DOCS = REPO / "docs"
 API = DOCS / "api"
+# Modules whose docstrings carry examples (``>>>``) that must keep running.
+DOCTEST_MODULES = (
+    "jaxlab.ot.sinkhorn",
+    "jaxlab.methods.qn_ot.api",
+    "jaxlab.nn.linear",
+    "jaxlab.lm.generate",
+)
 _AUTODOC = re.compile(r"^\.\. auto(module|class|function|data|exception)::\s+(\S+)", re.M)
 
 
@@ -186,3 +197,15 @@ def test_readme_links_leave_code_and_images_alone():
     )
     out = readme_links.rewrite(text, "README.md", "readme", readme_links.readme_pages(DOCS), None)
     assert out == "[rmt](methods/rmt.md) run `[a](b.py)` ![p](p.png)\n```\n[c](d.py)\n```\n"
+
+
+@pytest.mark.parametrize("name", DOCTEST_MODULES)
+def test_docstring_examples_run(name):
+    module = importlib.import_module(name)
+    tests = [t for t in doctest.DocTestFinder().find(module) if t.examples]
+    assert tests, f"{name} has no docstring example left; update DOCTEST_MODULES"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = io.StringIO()
+    for test in tests:
+        runner.run(test, out=report.write)
+    assert runner.failures == 0, report.getvalue()
