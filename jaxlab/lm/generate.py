@@ -166,6 +166,23 @@ def generate(
     Raises:
       ConfigError: a model without a cache, a prompt that is not ``(B, T)`` ids in the vocabulary
         (an unbatched one included), or lengths and sampling options that do not fit.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jaxlab.lm.generate import generate
+      >>> from jaxlab.lm.transformer import Transformer, TransformerConfig
+      >>> cfg = TransformerConfig(vocab_size=256, seq_len=16, num_layers=1, d_model=32, num_heads=2)
+      >>> model = Transformer(cfg, rngs=nnx.Rngs(0))  # untrained: the bytes it writes are noise
+      >>> prompt = jnp.array([list(b"hi")])  # one sequence of byte ids, (B, T) = (1, 2)
+      >>> tokens = generate(model, prompt, max_new_tokens=4)  # greedy
+      >>> tokens.shape, bytes(tokens[0, :2].tolist())
+      ((1, 6), b'hi')
+      >>> sampled = generate(model, prompt, max_new_tokens=4, key=jax.random.key(0),
+      ...                    temperature=0.8, top_k=20)
+      >>> sampled.shape
+      (1, 6)
     """
     _check(model)
     _check_prompt(model, prompt_BT, "generate")

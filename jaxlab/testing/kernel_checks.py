@@ -4,14 +4,15 @@ Two measurements the ``kernels_bench`` experiment reports and the tests call. (1
 :func:`max_errors` runs a fast path in a low precision and its reference in float32 on the same
 inputs and output cotangent, and returns the largest absolute error of the output and of every
 input gradient; :func:`correctness_rows` applies it to each kernel (Pallas flash attention, the
-chunked XLA attention and the XLA reference itself against :func:`pallas_kernels.
-flash_attention_reference`; the Pallas matmul against its reference). On CPU the Pallas kernels run
-in interpret mode, on a GPU/TPU natively. (2) Memory: :func:`memory_rows` reads the compiled
-``memory_analysis()`` temporaries of the XLA reference attention and the chunked path, forward and
-forward+backward, for each sequence length: compiled only, never executed, so lengths that would
-not fit in memory can still be measured. These are checks, not layers, so they live with the
-testing helpers rather than in ``nn``; not in ``pallas_kernels`` because they compare the kernels
-with ``nn``'s attention paths (the kernels package never imports jaxlab).
+chunked XLA attention and the XLA reference itself against
+:func:`pallas_kernels.flash_attention_reference`; the Pallas matmul against its reference). On CPU
+the Pallas kernels run in interpret mode, on a GPU/TPU natively. (2) Memory: :func:`memory_rows`
+reads the compiled ``memory_analysis()`` temporaries of the XLA reference attention and the
+chunked path, forward and forward+backward, for each sequence length: compiled only, never
+executed, so lengths that would not fit in memory can still be measured. These are checks, not
+layers, so they live with the testing helpers rather than in ``nn``; not in ``pallas_kernels``
+because they compare the kernels with ``nn``'s attention paths (the kernels package never imports
+jaxlab).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ def mlstm_recurrence(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, i: np.ndarray, f: np.ndarray,
     state: State | None = None, eps: float = 1e-6,
 ) -> tuple[np.ndarray, State]:  # fmt: skip
-    """The mLSTM cell, one token at a time (7B paper Sec. 2; the authors' recurrent step):
+    """The mLSTM cell, one token at a time (7B paper Sec. 2; the authors' recurrent step)::
 
         m_t = max(log sigmoid(f_t) + m_{t-1}, i_t)
         C_t = exp(log sigmoid(f_t) + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_t^T

@@ -1,13 +1,14 @@
 """CLIP towers as NNX modules: a small ViT or an MLP image tower, a small text transformer.
 
 Both towers end in a bias-free projection to a shared ``embed_dim`` and are L2-normalised
-(CLIP, Radford et al. 2021, Sec. 2.5). The image ViT splits the canvas into ``patch``² patches with
-learned positions and a mean-pooled bidirectional encoder; the MLP tower flattens the pixels. The
-text tower is a pre-norm transformer over caption tokens with a causal mask, read out at the last
-non-pad token (CLIP's EOT readout; captions are right-padded with 0). The temperature is a config
-number, not a parameter: DRRho-CLIP's ViT-B/16 run fixes τ = 0.01 (paper, Appendix), and one fixed
-τ for every method keeps the comparison to one thing. The frozen reference model is an instance of
-the same class; the task keeps it outside the trained parameters (see :mod:`.task`).
+(CLIP, Radford et al. 2021, Sec. 2.5). The image ViT splits the canvas into ``patch`` × ``patch``
+patches with learned positions and a mean-pooled bidirectional encoder; the MLP tower flattens the
+pixels. The text tower is a pre-norm transformer over caption tokens with a causal mask, read out at
+the last non-pad token (CLIP's EOT readout; captions are right-padded with 0). The temperature is a
+config number, not a parameter: DRRho-CLIP's ViT-B/16 run fixes τ = 0.01 (paper, Appendix), and one
+fixed τ for every method keeps the comparison to one thing. The frozen reference model is an
+instance of the same class; the task keeps it outside the trained parameters (see
+:mod:`jaxlab.methods.drrho_clip.task`).
 """
 
 from __future__ import annotations

@@ -197,8 +197,8 @@ def warmpot_loss(
       eta1, eta2, eta3: weights of the feature distance, the label cost and the transport term.
       entropy: λ_H, the weight of the target prediction entropy.
       plan_share, weights: the source weights (above); ``weights`` need not be normalised.
-      tol, max_iter: the partial-OT solver's tolerance and budget (:func:`~jaxlab.ot.partial.
-        partial_ot`).
+      tol, max_iter: the partial-OT solver's tolerance and budget
+        (:func:`~jaxlab.ot.partial.partial_ot`).
 
     Returns:
       ``(loss, terms)`` with :class:`WarmpotTerms`.

@@ -3,7 +3,7 @@
 Beck et al., "xLSTM: Extended Long Short-Term Memory" (NeurIPS 2024), Sec. 2.3 / App. A.3, and
 "xLSTM 7B" (ICML 2025), Sec. 2 and App. A. Per head, with ``q~ = q / sqrt(Dqk)``, input-gate
 pre-activation ``i_t``, log forget gate ``lf_t = log sigmoid(f_t)`` and state ``(C, n, m)``
-(``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar):
+(``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar)::
 
     m_t = max(lf_t + m_{t-1}, i_t)                                   (7B paper, Sec. 2)
     C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_tᵀ
