@@ -21,7 +21,7 @@ HIGHEST precision (issue 46's pathology), square bf16 matmuls against ``jnp.dot`
 mLSTM against the XLA chunkwise form at xLSTM 7B's head, tile sweeps, and JAX's own Mosaic GPU
 attention for reference. A part that fails is a row with its error, not a crash. FLOPs follow
 FlashAttention-2 (Dao 2023, Sec. 4.1): forward ``4·B·H·T²·D`` (halved when causal), backward 2.5x
-the forward. The measurements of (1) and (2) live in :mod:`jaxlab.nn.kernel_checks`; this file
+the forward. The measurements of (1) and (2) live in :mod:`jaxlab.testing.kernel_checks`; this file
 holds the configuration, the GPU timings, the run and the summary.
 """
 
@@ -43,7 +43,7 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.timing import time_interleaved
 from jaxlab.nn.attention import xla_attention
-from jaxlab.nn.kernel_checks import correctness_rows, memory_rows
+from jaxlab.testing.kernel_checks import correctness_rows, memory_rows
 
 H200_BF16_PEAK_TFLOPS = 989.5  # dense, NVIDIA H200 SXM datasheet
 

@@ -4,7 +4,7 @@ Command:  python experiments/run.py --exp=lm_baseline        (``--smoke``: under
 Result:   the headline printed at the end: validation bits per byte against the unigram entropy
           of the validation books (measured numbers: the root README's method table)
 
-The baseline decoder-only Transformer (:mod:`jaxlab.nn.transformer`) trains on byte-level King James
+The baseline decoder-only Transformer (:mod:`jaxlab.lm.transformer`) trains on byte-level King James
 Bible text packed into rows with document masking; validation books are never trained on. The
 floor to beat is the unigram byte entropy of the validation text (what a model that ignores context
 can reach). ``--set data=shards:DIR`` trains on a corpus prepared with
@@ -37,9 +37,9 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.plots import curves_figure, save_figure
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask, fit_vocab
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ Result:   the headline printed at the end: final validation loss per attention k
           over seeds) and the non-embedding training compute it took; full numbers in
           summary.json, measured results in jaxlab/methods/structured_attention/README.md.
 
-The baseline Transformer (:mod:`jaxlab.nn.transformer`) on the shipped KJV corpus at byte level
+The baseline Transformer (:mod:`jaxlab.lm.transformer`) on the shipped KJV corpus at byte level
 (validation books unseen), trained once per attention kind with everything else equal — the
 ``LMConfig.attention`` field is the only difference: ``mha``; ``swa`` with a window; ``gswa``
 (Global+SWA, two halves of each head, probabilities added, as in the authors' code); ``mlr`` with
@@ -32,9 +32,9 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.nn.lm_task import LMTask, fit_vocab
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 MODELS = ("mha", "swa", "gswa", "mlr", "rmt_mha", "rmt_mlr")
 

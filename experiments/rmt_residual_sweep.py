@@ -25,9 +25,9 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, sweep
+from jaxlab.lm.task import LMTask, fit_vocab
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask, fit_vocab
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,14 +59,14 @@ from jaxlab.core.scaling import format_mean_sd, mean_sd
 from jaxlab.core.step import LrGroups, TrainProgram, build_train_program
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.core.timing import step_seconds
+from jaxlab.lm.config import AlibiName, NormName, PositionsName
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.mup import mup_lr_groups
 from jaxlab.methods.rmt.scaling import matched_pair, pair_reach, scaling_fits
 from jaxlab.nn.init import InitName
 from jaxlab.nn.layers import count_params, non_embedding_params
-from jaxlab.nn.lm_config import AlibiName, NormName, PositionsName
-from jaxlab.nn.lm_task import LMTask, fit_vocab
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 PAPER = {"tokens_fraction": 0.59, "flops_fraction": 0.42, "step_time_ratio": 7.17 / 4.06}
 PAPER_PAIRS = (("49m", "46m"), ("160m", "134m"), ("260m", "206m"), ("405m", "305m"))

@@ -10,7 +10,7 @@ Result:   the headline printed at the end: validation perplexity per method, the
           SST stays ahead (``headline.paired``), and the RMT+SST row; measured numbers in
           ``jaxlab/methods/sst/README.md``
 
-A byte-level decoder (:class:`jaxlab.nn.transformer.Transformer`) on the shipped KJV corpus, with
+A byte-level decoder (:class:`jaxlab.lm.transformer.Transformer`) on the shipped KJV corpus, with
 rank r ≈ 6% of the width (the paper's LLaMA-1.3B ratio, Zhao et al., ICML 2025, Table 4), trained
 at equal steps by full-rank AdamW, LoRA, ReLoRA*, GaLore and SST (:mod:`jaxlab.methods.sst`): one
 recipe (schedule shape, clipping, batches, steps, paired seeds) with one learning rate per method,
@@ -42,14 +42,14 @@ from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.core.timing import step_seconds
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
 from jaxlab.methods.sst.config import scaled_iteration
 from jaxlab.methods.sst.tuning import choose_rates
-from jaxlab.nn.lm_task import LMTask, fit_vocab
 from jaxlab.nn.spectral import Spectral
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 LOW_RANK = ("lora", "relora", "galore")
 PAPER = {"gap_reduction_llama_1.3b": 0.974, "trainable_fraction_llama_1.3b": 0.187}

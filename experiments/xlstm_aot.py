@@ -26,8 +26,8 @@ from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import MetricWriter
+from jaxlab.lm.task import compile_lm_train_step
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.nn.lm_task import compile_lm_train_step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ interleaved where two numbers are divided):
     ``slope_from`` on: 1 is linear, 2 quadratic.
 (b) decode: the xLSTM and the Transformer of the same width, depth, heads and parameters
     (:func:`jaxlab.methods.xlstm.matched.matched_transformer`), batch 1, one jitted
-    :func:`jaxlab.nn.generate.decode_step` at contexts ``contexts``: its per-token latency and
+    :func:`jaxlab.lm.generate.decode_step` at contexts ``contexts``: its per-token latency and
     the compiled step's memory (XLA's argument + temporary bytes; the cache is an argument). The
     Transformer's KV cache is preallocated to the context and attended over in full, as a
     fixed-size cache is; the xLSTM's cache is its recurrent state.
@@ -41,12 +41,12 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import fit_loglog_slope
 from jaxlab.core.timing import time_interleaved
+from jaxlab.lm.generate import decode_step
+from jaxlab.lm.transformer import Transformer
 from jaxlab.methods.xlstm import mlstm, xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.matched import matched_transformer
 from jaxlab.nn.attention import dot_product_attention
-from jaxlab.nn.generate import decode_step
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.transformer import Transformer
 
 PAPER = {"tokens_per_second_xlstm_7b": 157, "tokens_per_second_llama_7b": 32}
 

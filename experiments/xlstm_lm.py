@@ -6,13 +6,13 @@ Result:   the headline printed at the end: per model, the final validation loss 
           full curves in summary.json, measured results in jaxlab/methods/xlstm/README.md.
 
 The xLSTM 7B architecture (:mod:`jaxlab.methods.xlstm`) at CPU size and the baseline Transformer
-(:mod:`jaxlab.nn.transformer`) with the same width, depth and heads train on the shipped KJV corpus
+(:mod:`jaxlab.lm.transformer`) with the same width, depth and heads train on the shipped KJV corpus
 (byte level, packed rows with document resets / masks, validation books unseen) under one recipe:
 the whole ``train`` group, the init rule, RMSNorm, the data order of each seed. The Transformer's
 MLP width is chosen so that its non-embedding parameters match the xLSTM's (the xLSTM has no
 position table; the Transformer uses ALiBi, so neither has positional parameters). Equal FLOPs:
 each validation curve is put on the analytic training-FLOP axis (tokens x 3 x forward FLOPs per
-token, each config's :meth:`~jaxlab.nn.lm_config.LMConfig.flops_per_token`) and both are read at
+token, each config's :meth:`~jaxlab.lm.config.LMConfig.flops_per_token`) and both are read at
 the smaller of the two
 final budgets. The paper (Beck et al., ICML 2025, Sec. 4) compares at 7B and 2T tokens; a few
 hundred steps on 4 MB of text only tests that the architecture learns as well as the baseline at
@@ -35,11 +35,11 @@ from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.core.scaling import mean_sd
 from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep, value_at
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import Transformer
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.matched import matched_transformer
 from jaxlab.nn.layers import count_params, non_embedding_params
-from jaxlab.nn.lm_task import LMTask, fit_vocab
-from jaxlab.nn.transformer import Transformer
 
 
 @dataclasses.dataclass(frozen=True)

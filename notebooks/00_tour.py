@@ -59,8 +59,8 @@ print(f"unigram entropy of the validation text: {unigram_entropy_bits(val_docs):
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 model_cfg = TransformerConfig(
     seq_len=64, num_layers=2, d_model=32 if SMOKE else 96, num_heads=4, positions="alibi"
@@ -79,7 +79,7 @@ print(f"training FLOPs/token: {model_cfg.flops_per_token().train:.3g}")
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.lm.task import LMTask
 
 steps = 20 if SMOKE else 300
 train_cfg = TrainConfig(

@@ -47,11 +47,11 @@ import numpy as np
 from jaxlab.methods.rmt import retrieve, store
 
 R, Dk, Dv = 4, 8, 5
-keys_RK = jnp.asarray(np.linalg.qr(np.random.default_rng(0).normal(size=(Dk, Dk)))[0][:R])
-y_BTRV = jax.random.normal(jax.random.key(0), (1, 1, R, Dv))
-x_BTVK = store(y_BTRV, keys_RK)  # one token's residual matrix X, held as X^T (Dv x Dk)
-print("residual matrix:", x_BTVK.shape)
-print("max retrieval error:", float(jnp.abs(retrieve(x_BTVK, keys_RK.T) - y_BTRV).max()))
+keys_RM = jnp.asarray(np.linalg.qr(np.random.default_rng(0).normal(size=(Dk, Dk)))[0][:R])
+y_BTRE = jax.random.normal(jax.random.key(0), (1, 1, R, Dv))
+x_BTEM = store(y_BTRE, keys_RM)  # one token's residual matrix X, held as X^T (Dv x Dk)
+print("residual matrix:", x_BTEM.shape)
+print("max retrieval error:", float(jnp.abs(retrieve(x_BTEM, keys_RM.T) - y_BTRE).max()))
 
 # %% [markdown]
 # ## The paper's presets against their transformers
@@ -59,9 +59,9 @@ print("max retrieval error:", float(jnp.abs(retrieve(x_BTVK, keys_RK.T) - y_BTRV
 # %%
 from flax import nnx
 
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 for t_size, r_size in [("49m", "46m"), ("405m", "305m")]:
     tcfg, rcfg = TransformerConfig.paper(t_size), RMTConfig.paper(r_size)
@@ -84,8 +84,8 @@ from jaxlab.core.config import TrainConfig
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.plots import curves_figure
+from jaxlab.lm.task import LMTask
 from jaxlab.methods.rmt.scaling import matched_pair
-from jaxlab.nn.lm_task import LMTask
 
 tcfg, rcfg = matched_pair(32 if SMOKE else 64, 2, head_dim=16, d_key=32, seq_len=64, vocab_size=256)
 steps = 10 if SMOKE else 200

@@ -47,9 +47,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.sst import linear_layers, merge_dense, to_spectral
 from jaxlab.nn.spectral import Spectral
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 cfg = TransformerConfig(seq_len=16, num_layers=2, d_model=32, num_heads=2)
 tokens = (jnp.arange(32).reshape(2, 16) * 7) % 256

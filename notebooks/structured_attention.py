@@ -104,8 +104,8 @@ from jaxlab.core.config import TrainConfig
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.plots import curves_figure
-from jaxlab.nn.lm_task import LMTask
-from jaxlab.nn.transformer import Transformer, TransformerConfig
+from jaxlab.lm.task import LMTask
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 
 kinds = {
     "mha": {},

@@ -82,7 +82,7 @@ from jaxlab.core.config import TrainConfig
 from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.plots import curves_figure
-from jaxlab.nn.lm_task import LMTask
+from jaxlab.lm.task import LMTask
 
 cfg = xLSTMConfig(
     d_model=32 if SMOKE else 128, num_layers=2, num_heads=4, seq_len=64, chunk_size=16
@@ -116,9 +116,9 @@ curves_figure(
 # the training run above keeps its parameters in its checkpoint.)
 
 # %%
+from jaxlab.lm.generate import generate, teacher_forced_logits
+from jaxlab.lm.transformer import Transformer
 from jaxlab.methods.xlstm.matched import matched_transformer
-from jaxlab.nn.generate import generate, teacher_forced_logits
-from jaxlab.nn.transformer import Transformer
 
 model = xLSTM(cfg, rngs=nnx.Rngs(0))
 tokens = jax.random.randint(jax.random.key(1), (1, 40), 0, 256)

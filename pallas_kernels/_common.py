@@ -247,7 +247,7 @@ def check_qkv(
 
     The one check of every attention entry point (the two kernels here and ``jaxlab.nn``'s
     ``dot_product_attention`` and ``mlr_attention``, which re-raise it as ``ConfigError``).
-    ``grouped``: ``(B, T, H, D)`` queries against ``(B, S, K, D)`` keys and values with ``K``
+    ``grouped``: ``(B, T, H, E)`` queries against ``(B, S, K, E)`` keys and values with ``K``
     dividing ``H`` (grouped-query attention); queries sit at the end of the keys, so ``causal``
     needs ``T <= S`` (with more queries than keys the first ``T - S`` would see no key). Not
     ``grouped`` (MLR): ``k`` shaped like ``q`` and ``v`` of any head width. ``segment_ids`` must
@@ -256,7 +256,7 @@ def check_qkv(
     if grouped:
         if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
             raise KernelConfigError(
-                f"{owner} expects (B, T, H, D) arrays, got q{q.shape} k{k.shape} v{v.shape}"
+                f"{owner} expects (B, T, H, E) arrays, got q{q.shape} k{k.shape} v{v.shape}"
             )
         if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
             raise KernelConfigError(
@@ -270,7 +270,8 @@ def check_qkv(
             )
     elif q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
         raise KernelConfigError(
-            f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} must be (B, T, H, D) alike"
+            f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} must be (B, T, H, M) queries and keys "
+            "and (B, T, H, E) values"
         )
     T, S = q.shape[1], k.shape[1]
     if causal and T > S:

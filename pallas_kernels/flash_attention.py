@@ -187,34 +187,34 @@ def _fwd_kernel(*refs, cfg: _Static):
     o_ref, lse_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q, cfg.block_k
-    q_QD = q_ref[...]
+    q_TE = q_ref[...]
     seg_q = None if seg_q_ref is None else seg_q_ref[...]
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def step(j, carry):
-        m_Q1, l_Q1, acc_QD = carry
-        k_KD = load_tile(k_ref, j, bk, cfg.style)
-        v_KD = load_tile(v_ref, j, bk, cfg.style)
+        m_T1, l_T1, acc_TE = carry
+        k_SE = load_tile(k_ref, j, bk, cfg.style)
+        v_SE = load_tile(v_ref, j, bk, cfg.style)
         seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
-        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        m_new = jnp.maximum(m_Q1, jnp.max(s_QK, axis=1, keepdims=True))
-        p_QK = _probs(s_QK - m_new, key_valid)
-        correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
-        l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0), cfg.precision)
+        s_TS, key_valid = _scores(q_TE, k_SE, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        m_new = jnp.maximum(m_T1, jnp.max(s_TS, axis=1, keepdims=True))
+        p_TS = _probs(s_TS - m_new, key_valid)
+        correction = jnp.exp(m_T1 - m_new)  # rescales what was summed under the old maximum
+        l_new = correction * l_T1 + jnp.sum(p_TS, axis=1, keepdims=True)
+        acc_new = correction * acc_TE + dot(p_TS.astype(v_SE.dtype), v_SE, (1, 0), cfg.precision)
         return m_new, l_new, acc_new
 
     def init():
         return (
             jnp.full((bq, 1), -jnp.inf, F32),
             jnp.zeros((bq, 1), F32),
-            jnp.zeros(q_QD.shape, F32),
+            jnp.zeros(q_TE.shape, F32),
         )
 
     def finalize(carry):
-        m_Q1, l_Q1, acc_QD = carry
-        o_ref[...] = (acc_QD / l_Q1).astype(o_ref.dtype)  # one division at the end (FA-2 Sec. 3.1)
-        lse_ref[...] = m_Q1 + jnp.log(l_Q1)
+        m_T1, l_T1, acc_TE = carry
+        o_ref[...] = (acc_TE / l_T1).astype(o_ref.dtype)  # one division at the end (FA-2 Sec. 3.1)
+        lse_ref[...] = m_T1 + jnp.log(l_T1)
 
     nk = k_ref.shape[0] // bk if cfg.style == "gpu" else pl.num_programs(3)
     hi = _kv_hi(cfg, i, bq, bk, nk)
@@ -228,28 +228,28 @@ def _dkv_kernel(*refs, cfg: _Static):
     dk_ref, dv_ref, *scratch = rest
     h, j = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
-    k_KD, v_KD = k_ref[...], v_ref[...]
+    k_SE, v_SE = k_ref[...], v_ref[...]
     seg_k = None if seg_k_ref is None else seg_k_ref[...]
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def step(i, carry):
-        dk_KD, dv_KD = carry
-        q_QD = load_tile(q_ref, i, bq, cfg.style)
-        do_QD = load_tile(do_ref, i, bq, cfg.style)
-        lse_Q1 = load_tile(lse_ref, i, bq, cfg.style)
-        delta_Q1 = load_tile(delta_ref, i, bq, cfg.style)
+        dk_SE, dv_SE = carry
+        q_TE = load_tile(q_ref, i, bq, cfg.style)
+        do_TE = load_tile(do_ref, i, bq, cfg.style)
+        lse_T1 = load_tile(lse_ref, i, bq, cfg.style)
+        delta_T1 = load_tile(delta_ref, i, bq, cfg.style)
         seg_q = None if seg_q_ref is None else load_tile(seg_q_ref, i, bq, cfg.style)
-        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        p_QK = _probs(s_QK - lse_Q1, key_valid)  # the forward's probabilities, recomputed
+        s_TS, key_valid = _scores(q_TE, k_SE, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        p_TS = _probs(s_TS - lse_T1, key_valid)  # the forward's probabilities, recomputed
         # Pᵀ dO (explicit .T: Mosaic)
-        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0), cfg.precision)
-        dp_QK = dot(do_QD, v_KD, (1, 1), cfg.precision)
-        ds_QK = p_QK * (dp_QK - delta_Q1)  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
-        dk_KD = dk_KD + dot(ds_QK.T.astype(q_QD.dtype), q_QD, (1, 0), cfg.precision)
-        return dk_KD, dv_KD
+        dv_SE = dv_SE + dot(p_TS.T.astype(do_TE.dtype), do_TE, (1, 0), cfg.precision)
+        dp_TS = dot(do_TE, v_SE, (1, 1), cfg.precision)
+        ds_TS = p_TS * (dp_TS - delta_T1)  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
+        dk_SE = dk_SE + dot(ds_TS.T.astype(q_TE.dtype), q_TE, (1, 0), cfg.precision)
+        return dk_SE, dv_SE
 
     def init():
-        return jnp.zeros(k_KD.shape, F32), jnp.zeros(v_KD.shape, F32)
+        return jnp.zeros(k_SE.shape, F32), jnp.zeros(v_SE.shape, F32)
 
     def finalize(carry):
         dk_ref[...] = (carry[0] * cfg.scale).astype(dk_ref.dtype)
@@ -267,26 +267,26 @@ def _dq_kernel(*refs, cfg: _Static):
     dq_ref, *scratch = rest
     h, i = pl.program_id(1), pl.program_id(2)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
-    q_QD, do_QD, lse_Q1, delta_Q1 = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
+    q_TE, do_TE, lse_T1, delta_T1 = q_ref[...], do_ref[...], lse_ref[...], delta_ref[...]
     seg_q = None if seg_q_ref is None else seg_q_ref[...]
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def step(j, carry):
-        (dq_QD,) = carry
-        k_KD = load_tile(k_ref, j, bk, cfg.style)
-        v_KD = load_tile(v_ref, j, bk, cfg.style)
+        (dq_TE,) = carry
+        k_SE = load_tile(k_ref, j, bk, cfg.style)
+        v_SE = load_tile(v_ref, j, bk, cfg.style)
         seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
-        s_QK, key_valid = _scores(q_QD, k_KD, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        p_QK = _probs(s_QK - lse_Q1, key_valid)
-        ds_QK = p_QK * (dot(do_QD, v_KD, (1, 1), cfg.precision) - delta_Q1)
-        return (dq_QD + dot(ds_QK.astype(k_KD.dtype), k_KD, (1, 0), cfg.precision),)
+        s_TS, key_valid = _scores(q_TE, k_SE, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        p_TS = _probs(s_TS - lse_T1, key_valid)
+        ds_TS = p_TS * (dot(do_TE, v_SE, (1, 1), cfg.precision) - delta_T1)
+        return (dq_TE + dot(ds_TS.astype(k_SE.dtype), k_SE, (1, 0), cfg.precision),)
 
     def finalize(carry):
         dq_ref[...] = (carry[0] * cfg.scale).astype(dq_ref.dtype)
 
     nk = k_ref.shape[0] // bk if cfg.style == "gpu" else pl.num_programs(3)
     hi = _kv_hi(cfg, i, bq, bk, nk)
-    init = lambda: (jnp.zeros(q_QD.shape, F32),)
+    init = lambda: (jnp.zeros(q_TE.shape, F32),)
     reduce_blocks(step, init, finalize, lo=0, hi=hi, style=cfg.style, scratch=scratch, axis=3)
 
 
@@ -312,7 +312,7 @@ def _call(kernel, cfg: _Static, *, rows, stream, q_side: bool, **kwargs):
 
 
 def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
-    B, H, Tp, D = q.shape
+    B, H, Tp, E = q.shape
     bq, bk = cfg.block_q, cfg.block_k
     extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     out_shape = [
@@ -323,14 +323,14 @@ def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
         _fwd_kernel, cfg, rows=(bq, Tp // bq), stream=(bk, k.shape[2] // bk), q_side=False,
         arrays=[q, k, v, *extra], roles=["row", "stream_kv", "stream_kv", *extra_roles],
         out_shape=out_shape, out_roles=["row", "row"],
-        scratch=[(bq, 1), (bq, 1), (bq, D)], name="flash_attention_fwd",
+        scratch=[(bq, 1), (bq, 1), (bq, E)], name="flash_attention_fwd",
     )  # fmt: skip
 
 
 def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
     """dQ, dK, dV from the kernels' inputs ``[q, k, v, dO, L, delta]`` (FA-2 Alg. 2)."""
     q, k, v = arrays[:3]
-    B, H, Tp, D = q.shape
+    B, H, Tp, E = q.shape
     K, Sp = k.shape[1], k.shape[2]
     extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=False)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
@@ -339,8 +339,8 @@ def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
         _dkv_kernel, cfg, rows=(bk, Sp // bk), stream=(bq, Tp // bq), q_side=True,
         arrays=arrays + extra,
         roles=["stream", "row_kv", "row_kv", "stream", "stream", "stream", *extra_roles],
-        out_shape=[jax.ShapeDtypeStruct((B, H, Sp, D), F32)] * 2, out_roles=["row", "row"],
-        scratch=[(bk, D), (bk, D)], name="flash_attention_dkv",
+        out_shape=[jax.ShapeDtypeStruct((B, H, Sp, E), F32)] * 2, out_roles=["row", "row"],
+        scratch=[(bk, E), (bk, E)], name="flash_attention_dkv",
     )  # fmt: skip
     extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
@@ -349,10 +349,10 @@ def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
         arrays=arrays + extra,
         roles=["row", "stream_kv", "stream_kv", "row", "row", "row", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype)], out_roles=["row"],
-        scratch=[(bq, D)], name="flash_attention_dq",
+        scratch=[(bq, E)], name="flash_attention_dq",
     )  # fmt: skip
-    dk = dk.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(k.dtype)
-    dv = dv.reshape(B, K, H // K, Sp, D).sum(axis=2).astype(v.dtype)
+    dk = dk.reshape(B, K, H // K, Sp, E).sum(axis=2).astype(k.dtype)
+    dv = dv.reshape(B, K, H // K, Sp, E).sum(axis=2).astype(v.dtype)
     return dq, dk, dv
 
 
@@ -363,9 +363,9 @@ _flash = attention_vjp(_forward, _backward)
 
 
 def flash_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B S K D"],
-    v: Float[Array, "B S K D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B S K E"],
+    v: Float[Array, "B S K E"],
     *,
     causal: bool = False,
     segment_ids: Int[Array, "B T"] | None = None,
@@ -375,7 +375,7 @@ def flash_attention(
     interpret: bool | None = None,
     backend: Style | None = None,
     precision=None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Softmax attention ``softmax(scale · q kᵀ + bias + mask) v`` without materialising logits.
 
     Differentiable in ``q, k, v`` through ``jax.custom_vjp`` with the FlashAttention-2 backward
@@ -386,7 +386,7 @@ def flash_attention(
       causal: query ``i`` sees keys at positions ``<= i + S - T``.
       segment_ids: document ids of packed rows; a query sees only keys of its own document.
       alibi_slopes: per-head ALiBi slopes, bias ``-slope_h · |i - j|`` (Press et al. 2022).
-      scale: logit scale, default ``D ** -0.5``.
+      scale: logit scale, default ``E ** -0.5``.
       block_sizes: kernel tiles; default :meth:`BlockSizes.for_backend`, on a native GPU shrunk
         until their shared-memory estimate fits the device (:mod:`pallas_kernels.fit`).
       interpret: run the Pallas interpreter; ``None`` means exactly when on CPU.
@@ -407,14 +407,14 @@ def flash_attention(
         alibi_slopes=alibi_slopes,
     )  # fmt: skip
     style, interpret = resolve_backend(backend, interpret)
-    B, T, H, D = q.shape
+    B, T, H, E = q.shape
     S, K = k.shape[1], k.shape[2]
     # Triton loads need power-of-two tiles of at least 16: pad the head dim with zeros.
-    Dp = max(16, pow2_at_least(D)) if style == "gpu" else D
+    Ep = max(16, pow2_at_least(E)) if style == "gpu" else E
     if block_sizes is None:
         native_gpu = style == "gpu" and not interpret
         block_sizes = (
-            BlockSizes.fitted(Dp, q.dtype) if native_gpu else BlockSizes.for_backend(style)
+            BlockSizes.fitted(Ep, q.dtype) if native_gpu else BlockSizes.for_backend(style)
         )
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
@@ -434,7 +434,7 @@ def flash_attention(
 
     def to_bhld(x, length):
         x = jnp.swapaxes(x, 1, 2)
-        return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, Dp - D)))
+        return jnp.pad(x, ((0, 0), (0, 0), (0, length - x.shape[2]), (0, Ep - E)))
 
     seg_q = seg_k = None
     if segment_ids is not None:  # T == S, but each side pads to its own length (Tp, Sp differ)
@@ -445,7 +445,7 @@ def flash_attention(
     cfg = _Static(
         **blocks,
         causal=bool(causal),
-        scale=float(D**-0.5 if scale is None else scale),
+        scale=float(E**-0.5 if scale is None else scale),
         offset=S - T,
         kv_len=S,
         kv_padded=Sp != S,
@@ -461,28 +461,28 @@ def flash_attention(
         num_stages=block_sizes.num_stages,
     )
     o = _flash(to_bhld(q, Tp), to_bhld(k, Sp), to_bhld(v, Sp), seg_q, seg_k, slopes, cfg)
-    return jnp.swapaxes(o[:, :, :T, :D], 1, 2)
+    return jnp.swapaxes(o[:, :, :T, :E], 1, 2)
 
 
 def flash_attention_reference(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B S K D"],
-    v: Float[Array, "B S K D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B S K E"],
+    v: Float[Array, "B S K E"],
     *,
     causal: bool = False,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """The same attention in plain jnp with explicit ``(B, H, T, S)`` logits in float32 (float64
     for float64 inputs: the reference is as accurate as its inputs; the kernel is float32)."""
-    B, T, H, D = q.shape
+    B, T, H, E = q.shape
     acc = jnp.promote_types(jnp.result_type(q, k, v), F32)
     S, K = k.shape[1], k.shape[2]
-    scale = D**-0.5 if scale is None else scale
-    k_BSHD = jnp.repeat(k, H // K, axis=2)
-    v_BSHD = jnp.repeat(v, H // K, axis=2)
-    s_BHTS = jnp.einsum("bthd,bshd->bhts", q, k_BSHD, preferred_element_type=acc) * scale
+    scale = E**-0.5 if scale is None else scale
+    k_BSHE = jnp.repeat(k, H // K, axis=2)
+    v_BSHE = jnp.repeat(v, H // K, axis=2)
+    s_BHTS = jnp.einsum("bthe,bshe->bhts", q, k_BSHE, preferred_element_type=acc) * scale
     i, j = jnp.arange(T)[:, None] + S - T, jnp.arange(S)[None, :]
     if alibi_slopes is not None:
         s_BHTS -= alibi_slopes.astype(acc)[:, None, None] * jnp.abs(i - j).astype(acc)
@@ -492,4 +492,4 @@ def flash_attention_reference(
     if segment_ids is not None:
         keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     p_BHTS = jax.nn.softmax(jnp.where(keep, s_BHTS, MASK_VALUE), axis=-1)
-    return jnp.einsum("bhts,bshd->bthd", p_BHTS.astype(v.dtype), v_BSHD).astype(q.dtype)
+    return jnp.einsum("bhts,bshe->bthe", p_BHTS.astype(v.dtype), v_BSHE).astype(q.dtype)

@@ -117,19 +117,19 @@ def _kernel(x_ref, y_ref, *refs, cfg: _Static, save_pre: bool):
     bk = cfg.block_k
 
     def step(kk, carry):
-        x_MK = load_tile(x_ref, kk, bk, cfg.style, axis=1)
-        y_KN = load_tile(y_ref, kk, bk, cfg.style, axis=0)
-        full = cfg.precision if x_MK.dtype == F32 else None  # no silent TF32 for f32
+        x_XI = load_tile(x_ref, kk, bk, cfg.style, axis=1)
+        y_IO = load_tile(y_ref, kk, bk, cfg.style, axis=0)
+        full = cfg.precision if x_XI.dtype == F32 else None  # no silent TF32 for f32
         dims = (((1,), (0,)), ((), ()))
-        prod = lax.dot_general(x_MK, y_KN, dims, precision=full, preferred_element_type=F32)
+        prod = lax.dot_general(x_XI, y_IO, dims, precision=full, preferred_element_type=F32)
         return (carry[0] + prod,)
 
     def finalize(carry):
-        (z_MN,) = carry
+        (z_XO,) = carry
         if pre_ref is not None:
-            pre_ref[...] = z_MN.astype(pre_ref.dtype)
+            pre_ref[...] = z_XO.astype(pre_ref.dtype)
         act = ACTIVATIONS[cfg.activation] if cfg.activation else (lambda z: z)
-        o_ref[...] = act(z_MN).astype(o_ref.dtype)
+        o_ref[...] = act(z_XO).astype(o_ref.dtype)
 
     nk = x_ref.shape[1] // bk if cfg.style == "gpu" else pl.num_programs(2)
     init = lambda: (jnp.zeros(o_ref.shape, F32),)
@@ -210,20 +210,20 @@ _matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 def matmul(
-    x: Float[Array, "*batch K"],
-    y: Float[Array, "K N"],
+    x: Float[Array, "*batch I"],
+    y: Float[Array, "I O"],
     *,
     block_sizes: BlockSizes | None = None,
     activation: str | None = None,
     interpret: bool | None = None,
     backend: Style | None = None,
     precision=None,
-) -> Float[Array, "*batch N"]:
+) -> Float[Array, "*batch O"]:
     """``activation(x @ y)`` as a tiled Pallas kernel, accumulating in float32.
 
     Args:
-      x: ``(..., K)``; leading dimensions are flattened into the rows.
-      y: ``(K, N)``.
+      x: ``(..., I)``; leading dimensions are flattened into the rows.
+      y: ``(I, O)``.
       block_sizes: tiles; default :meth:`BlockSizes.for_backend`, on a native GPU shrunk until
         their shared-memory estimate fits the device (:mod:`pallas_kernels.fit`).
       activation: ``None`` or a key of :data:`ACTIVATIONS`, fused into the epilogue.
@@ -233,13 +233,13 @@ def matmul(
         ``None`` means float32 accuracy.
 
     Returns:
-      ``(..., N)`` in the promoted dtype of ``x`` and ``y``.
+      ``(..., O)`` in the promoted dtype of ``x`` and ``y``.
 
     Raises:
       KernelConfigError: for shapes that do not fit, an unknown activation or bad block sizes.
     """
     if y.ndim != 2 or x.ndim < 1 or x.shape[-1] != y.shape[0]:
-        raise KernelConfigError(f"matmul: x{x.shape} @ y{y.shape} do not fit; y must be (K, N)")
+        raise KernelConfigError(f"matmul: x{x.shape} @ y{y.shape} do not fit; y must be (I, O)")
     if activation is not None and activation not in ACTIVATIONS:
         raise KernelConfigError(
             f"matmul: unknown activation {activation!r}; choose None or one of {list(ACTIVATIONS)}"
@@ -264,14 +264,14 @@ def matmul(
     cfg = _Static(**tiles, activation=activation, style=style, interpret=interpret,
                   precision=f32_precision(style, interpret, precision),
                   num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages)  # fmt: skip
-    x_MK = x.reshape(-1, x.shape[-1]).astype(dtype)
-    out_MN = _matmul(x_MK, y.astype(dtype), cfg)
-    return out_MN.reshape(*x.shape[:-1], y.shape[1])
+    x_XI = x.reshape(-1, x.shape[-1]).astype(dtype)
+    out_XO = _matmul(x_XI, y.astype(dtype), cfg)
+    return out_XO.reshape(*x.shape[:-1], y.shape[1])
 
 
 def matmul_reference(
-    x: Float[Array, "*batch K"], y: Float[Array, "K N"], *, activation: str | None = None
-) -> Float[Array, "*batch N"]:
+    x: Float[Array, "*batch I"], y: Float[Array, "I O"], *, activation: str | None = None
+) -> Float[Array, "*batch O"]:
     """The same product in plain jnp: float32 accumulation (float64 for float64 inputs),
     activation, one rounding."""
     dtype = jnp.promote_types(x.dtype, y.dtype)

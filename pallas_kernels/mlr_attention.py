@@ -2,7 +2,7 @@
 
 Multi-level low-rank (MLR) attention (Kuang, Amsel, Lotfi, Qiu, Potapczynski & Wilson, "Customizing
 the Inductive Biases of Softmax Attention using Structured Matrices", ICML 2025, Sec. 4): the head
-channels ``D = sum_l r_l`` split into level groups, level 0 first; level ``l`` scores only pairs in
+channels ``M = sum_l r_l`` split into level groups, level 0 first; level ``l`` scores only pairs in
 the same contiguous block of length ``block_len / 2^l`` with its ``r_l`` channels and logit scale
 ``1/r_l``, and a pair's logit is the sum over the levels that cover it, divided by nothing, by
 ``L`` (``normalize="levels"``) or by the number of covering levels (``"block_levels"``).
@@ -218,17 +218,17 @@ def _fwd_kernel(*refs, cfg: _Static):
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def tile(c, j, carry):
-        m_Q1, l_Q1, acc_QD = carry
+        m_T1, l_T1, acc_TE = carry
         k_chunks = _chunks(k_ref, j, bk, cfg.n_chunks(c), cfg)
-        v_KD = load_tile(v_ref, j, bk, cfg.style)
+        v_SE = load_tile(v_ref, j, bk, cfg.style)
         seg_k = None if seg_k_ref is None else load_tile(seg_k_ref, j, bk, cfg.style, axis=1)
         q_c = _prefix(q_chunks, c, cfg)
-        s_QK = _logits(q_c, k_chunks, c, i * bq, j * bk, seg_q, seg_k, slope, cfg)
-        m_new = jnp.maximum(m_Q1, jnp.max(s_QK, axis=1, keepdims=True))
-        p_QK = jnp.exp(s_QK - m_new)
-        correction = jnp.exp(m_Q1 - m_new)  # rescales what was summed under the old maximum
-        l_new = correction * l_Q1 + jnp.sum(p_QK, axis=1, keepdims=True)
-        acc_new = correction * acc_QD + dot(p_QK.astype(v_KD.dtype), v_KD, (1, 0), cfg.precision)
+        s_TS = _logits(q_c, k_chunks, c, i * bq, j * bk, seg_q, seg_k, slope, cfg)
+        m_new = jnp.maximum(m_T1, jnp.max(s_TS, axis=1, keepdims=True))
+        p_TS = jnp.exp(s_TS - m_new)
+        correction = jnp.exp(m_T1 - m_new)  # rescales what was summed under the old maximum
+        l_new = correction * l_T1 + jnp.sum(p_TS, axis=1, keepdims=True)
+        acc_new = correction * acc_TE + dot(p_TS.astype(v_SE.dtype), v_SE, (1, 0), cfg.precision)
         return m_new, l_new, acc_new
 
     def init():
@@ -239,9 +239,9 @@ def _fwd_kernel(*refs, cfg: _Static):
         )
 
     def finalize(carry):
-        m_Q1, l_Q1, acc_QD = carry
-        o_ref[...] = (acc_QD / l_Q1).astype(o_ref.dtype)
-        lse_ref[...] = m_Q1 + jnp.log(l_Q1)
+        m_T1, l_T1, acc_TE = carry
+        o_ref[...] = (acc_TE / l_T1).astype(o_ref.dtype)
+        lse_ref[...] = m_T1 + jnp.log(l_T1)
 
     step = lambda j, carry: _by_level(cfg, i * bq, j * bk, tile, j, carry)  # noqa: E731
     lo, hi = _bounds(cfg, i, bq, bk, row_is_q=True)
@@ -269,21 +269,21 @@ def _bwd_tile(cfg: _Static, c: int, queries, keys, q_start, k_start, slope, stre
     The streamed side's chunks are those dS multiplies into the gradient, so their channels past
     ``w_c`` are zeroed (the tile adds nothing there); one zeroed operand suffices for the logits.
     """
-    (q_chunks, do_QD, lse_Q1, delta_Q1, seg_q), (k_chunks, v_KD, seg_k) = queries, keys
+    (q_chunks, do_TE, lse_T1, delta_T1, seg_q), (k_chunks, v_SE, seg_k) = queries, keys
     n = cfg.n_chunks(c)
     q_c, k_c = q_chunks[:n], k_chunks[:n]
     if stream_is_q:
         q_c = _prefix(q_c, c, cfg)
     else:
         k_c = _prefix(k_c, c, cfg)
-    s_QK = _logits(q_c, k_c, c, q_start, k_start, seg_q, seg_k, slope, cfg)
-    p_QK = jnp.exp(s_QK - lse_Q1)  # the forward's probabilities, recomputed
-    ds_QK = p_QK * (
-        dot(do_QD, v_KD, (1, 1), cfg.precision) - delta_Q1
+    s_TS = _logits(q_c, k_c, c, q_start, k_start, seg_q, seg_k, slope, cfg)
+    p_TS = jnp.exp(s_TS - lse_T1)  # the forward's probabilities, recomputed
+    ds_TS = p_TS * (
+        dot(do_TE, v_SE, (1, 1), cfg.precision) - delta_T1
     )  # dS = P ∘ (dP - rowsum(dO ∘ O))
     if cfg.factors[c] != 1.0:
-        ds_QK = ds_QK * cfg.factors[c]
-    return q_c, k_c, p_QK, ds_QK
+        ds_TS = ds_TS * cfg.factors[c]
+    return q_c, k_c, p_TS, ds_TS
 
 
 def _dkv_kernel(*refs, cfg: _Static):
@@ -299,26 +299,26 @@ def _dkv_kernel(*refs, cfg: _Static):
     slope = None if slopes_ref is None else slopes_ref[h]
 
     def tile(c, i, carry):
-        *dk, dv_KD = carry
+        *dk, dv_SE = carry
         queries = _side(q_refs, i, bq, cfg.n_chunks(c), cfg, seg_axis=0)
-        q_c, _, p_QK, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, True)
-        do_QD, n = queries[1], len(q_c)
-        dv_KD = dv_KD + dot(p_QK.T.astype(do_QD.dtype), do_QD, (1, 0), cfg.precision)  # Pᵀ dO
-        ds_KQ = ds_QK.T.astype(q_c[0].dtype)  # explicit .T: Mosaic
+        q_c, _, p_TS, ds_TS = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, True)
+        do_TE, n = queries[1], len(q_c)
+        dv_SE = dv_SE + dot(p_TS.T.astype(do_TE.dtype), do_TE, (1, 0), cfg.precision)  # Pᵀ dO
+        ds_ST = ds_TS.T.astype(q_c[0].dtype)  # explicit .T: Mosaic
         dk = [
-            acc + dot(ds_KQ, q_m, (1, 0), cfg.precision)
+            acc + dot(ds_ST, q_m, (1, 0), cfg.precision)
             for acc, q_m in zip(dk[:n], q_c, strict=True)
         ] + dk[n:]
-        return (*dk, dv_KD)
+        return (*dk, dv_SE)
 
     def init():
         return (*[jnp.zeros((bk, cfg.chunk), F32)] * n_all, jnp.zeros(keys[1].shape, F32))
 
     def finalize(carry):
-        *dk, dv_KD = carry
+        *dk, dv_SE = carry
         for m, dk_m in enumerate(dk):
             dk_ref[:, pl.ds(m * cfg.chunk, cfg.chunk)] = dk_m.astype(dk_ref.dtype)
-        dv_ref[...] = dv_KD.astype(dv_ref.dtype)
+        dv_ref[...] = dv_SE.astype(dv_ref.dtype)
 
     step = lambda i, carry: _by_level(cfg, i * bq, j * bk, tile, i, carry)  # noqa: E731
     lo, hi = _bounds(cfg, j, bk, bq, row_is_q=False)
@@ -339,10 +339,10 @@ def _dq_kernel(*refs, cfg: _Static):
 
     def tile(c, j, carry):
         keys = _side((k_ref, v_ref, seg_k_ref), j, bk, cfg.n_chunks(c), cfg, seg_axis=1)
-        _, k_c, _, ds_QK = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, False)
-        ds_QK, n = ds_QK.astype(k_c[0].dtype), len(k_c)
+        _, k_c, _, ds_TS = _bwd_tile(cfg, c, queries, keys, i * bq, j * bk, slope, False)
+        ds_TS, n = ds_TS.astype(k_c[0].dtype), len(k_c)
         dq = [
-            acc + dot(ds_QK, k_m, (1, 0), cfg.precision)
+            acc + dot(ds_TS, k_m, (1, 0), cfg.precision)
             for acc, k_m in zip(carry[:n], k_c, strict=True)
         ]
         return (*dq, *carry[n:])
@@ -393,9 +393,9 @@ def _forward(q, k, v, seg_q, seg_k, slopes, cfg: _Static):
 def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
     """dQ, dK, dV from the kernels' inputs ``[q, k, v, dO, L, delta]`` (FA-2 Alg. 2)."""
     q, k, v = arrays[:3]
-    B, H, T, D = q.shape
-    Dv = v.shape[-1]
-    n = D // cfg.chunk
+    B, H, T, M = q.shape
+    E = v.shape[-1]
+    n = M // cfg.chunk
     extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=False)
     bq, bk = cfg.block_q_dkv, cfg.block_k_dkv
     dk, dv = _call(
@@ -403,7 +403,7 @@ def _backward(cfg: _Static, arrays, seg_q, seg_k, slopes):
         arrays=arrays + extra,
         roles=["stream", "row", "row", "stream", "stream", "stream", *extra_roles],
         out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        scratch=[(bk, cfg.chunk)] * n + [(bk, Dv)], name="mlr_attention_dkv",
+        scratch=[(bk, cfg.chunk)] * n + [(bk, E)], name="mlr_attention_dkv",
     )  # fmt: skip
     extra, extra_roles = extra_inputs(seg_q, seg_k, slopes, row_is_q=True)
     bq, bk = cfg.block_q_dq, cfg.block_k_dq
@@ -436,7 +436,7 @@ def _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len) -> t
         )
     if sum(ranks) != q.shape[-1]:
         raise KernelConfigError(
-            f"mlr_attention: ranks={ranks} sum to {sum(ranks)}, not the head dim D={q.shape[-1]}"
+            f"mlr_attention: ranks={ranks} sum to {sum(ranks)}, not the head dim M={q.shape[-1]}"
         )
     if normalize not in NORMALIZE:
         raise KernelConfigError(
@@ -483,9 +483,9 @@ def _tiles(
 
 
 def mlr_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     *,
     ranks: Sequence[int],
     causal: bool = True,
@@ -497,14 +497,14 @@ def mlr_attention(
     block_sizes: BlockSizes | None = None,
     interpret: bool | None = None,
     backend: Style | None = None,
-) -> Float[Array, "B T H Dv"]:
+) -> Float[Array, "B T H E"]:
     """MLR attention (Kuang et al. 2025, Sec. 4) without materialising logits (module docstring).
 
     Differentiable in ``q, k, v`` through ``jax.custom_vjp`` with Pallas dK/dV and dQ kernels;
     ``segment_ids`` and ``alibi_slopes`` are constants.
 
     Args:
-      q, k: queries and keys, ``D = sum(ranks)`` channels per head, level 0 (global) first.
+      q, k: queries and keys, ``M = sum(ranks)`` channels per head, level 0 (global) first.
       v: values (any head dim).
       ranks: ``r_l`` per level.
       causal: keys at positions ``<=`` the query's only.
@@ -525,28 +525,28 @@ def mlr_attention(
       KernelConfigError: shapes or ranks that do not fit, tiles that do not divide the finest
         level's block, or a native kernel asked for on another platform.
     """
-    B, T, H, D = q.shape if q.ndim == 4 else (0, 0, 0, 0)
+    B, T, H, M = q.shape if q.ndim == 4 else (0, 0, 0, 0)
     block_len = T if block_len is None else int(block_len)
     ranks = _check(q, k, v, ranks, normalize, segment_ids, alibi_slopes, block_len)
     style, interpret = resolve_backend(backend, interpret)
     if block_sizes is None:
-        width = max(16, pow2_at_least(max(D, v.shape[-1])))
+        width = max(16, pow2_at_least(max(M, v.shape[-1])))
         native_gpu = style == "gpu" and not interpret
         block_sizes = (
             BlockSizes.fitted(width, q.dtype) if native_gpu else BlockSizes.for_backend(style)
         )
     if not isinstance(block_sizes, BlockSizes):
         raise KernelConfigError(f"block_sizes must be a BlockSizes, got {type(block_sizes)}")
-    L, Dv = len(ranks), v.shape[-1]
+    L, E = len(ranks), v.shape[-1]
     tiles = _tiles(
         block_sizes, block_len >> (L - 1), style, not interpret, L, segment_ids is not None
     )
     if style == "gpu":  # Triton tiles are powers of two >= 16: zero channels pad both head dims
-        Dp, Dvp = max(16, pow2_at_least(D)), max(16, pow2_at_least(Dv))
-        chunk = min(block_sizes.block_d, Dp)
+        Mp, Ep = max(16, pow2_at_least(M)), max(16, pow2_at_least(E))
+        chunk = min(block_sizes.block_d, Mp)
     else:  # a head of at most block_d channels is one chunk (the MXU contracts 128 at a time)
-        chunk = min(block_sizes.block_d, D)
-        Dp, Dvp = round_up(D, chunk), Dv
+        chunk = min(block_sizes.block_d, M)
+        Mp, Ep = round_up(M, chunk), E
     # Pre-scale level l's query channels by logit_scale / r_l (and 1/L for "levels"), in float32.
     per_level = np.concatenate([np.full(r, 1.0 / r) for r in ranks]) * logit_scale
     if normalize == "levels":
@@ -576,14 +576,14 @@ def mlr_attention(
         interpret=interpret,
         precision=f32_precision(style, interpret),
     )
-    o = _mlr(to_bhtd(q, Dp), to_bhtd(k, Dp), to_bhtd(v, Dvp), seg_q, seg_k, slopes, cfg)
-    return jnp.swapaxes(o[..., :Dv], 1, 2)
+    o = _mlr(to_bhtd(q, Mp), to_bhtd(k, Mp), to_bhtd(v, Ep), seg_q, seg_k, slopes, cfg)
+    return jnp.swapaxes(o[..., :E], 1, 2)
 
 
 def mlr_attention_reference(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     *,
     ranks: Sequence[int],
     causal: bool = True,
@@ -592,7 +592,7 @@ def mlr_attention_reference(
     alibi_slopes: Float[Array, " H"] | None = None,
     logit_scale: float = 1.0,
     block_len: int | None = None,
-) -> Float[Array, "B T H Dv"]:
+) -> Float[Array, "B T H E"]:
     """The dense construction in plain jnp: one masked ``(B, H, T, T)`` logit matrix per level in
     float32 (float64 for float64 inputs), summed, normalised, masked (pairs no level covers too)
     and soft-maxed."""
@@ -607,7 +607,7 @@ def mlr_attention_reference(
         size = block_len >> level
         same = (pos[:, None] // size) == (pos[None, :] // size)
         s_l = jnp.einsum(
-            "bthd,bshd->bhts", q[..., start : start + r], k[..., start : start + r],
+            "bthm,bshm->bhts", q[..., start : start + r], k[..., start : start + r],
             preferred_element_type=acc,
         )  # fmt: skip
         s, count, start = s + jnp.where(same, s_l / r, 0.0), count + same, start + r
@@ -624,4 +624,4 @@ def mlr_attention_reference(
     if segment_ids is not None:
         keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     p = jax.nn.softmax(jnp.where(keep, s, MASK_VALUE), axis=-1)
-    return jnp.einsum("bhts,bshd->bthd", p.astype(v.dtype), v).astype(v.dtype)
+    return jnp.einsum("bhts,bshe->bthe", p.astype(v.dtype), v).astype(v.dtype)

@@ -158,16 +158,16 @@ def _state_kernel(k_ref, v_ref, ks_ref, decay_ref, C0_ref, Cs_ref, Cf_ref, *scra
     """One ``(tile_k, tile_v)`` tile of ``C`` through the chunks (module docstring, kernel 1)."""
     L = cfg.chunk
 
-    def step(C_KV, k_LK, v_LV, ks_L1, decay_11):
-        kw_LK = (ks_L1 * k_LK.astype(F32)).astype(k_LK.dtype)
-        return decay_11 * C_KV + _dot(kw_LK, v_LV, (0, 0), cfg)
+    def step(C_ME, k_SM, v_SE, ks_S1, decay_11):
+        kw_SM = (ks_S1 * k_SM.astype(F32)).astype(k_SM.dtype)
+        return decay_11 * C_ME + _dot(kw_SM, v_SE, (0, 0), cfg)
 
     if cfg.style == "gpu":  # one program walks its chunks
 
-        def body(c, C_KV):
-            Cs_ref[c] = C_KV
+        def body(c, C_ME):
+            Cs_ref[c] = C_ME
             rows = pl.ds(pl.multiple_of(c * L, L), L)
-            return step(C_KV, k_ref[rows, :], v_ref[rows, :], ks_ref[rows, :], decay_ref[c])
+            return step(C_ME, k_ref[rows, :], v_ref[rows, :], ks_ref[rows, :], decay_ref[c])
 
         nc = k_ref.shape[0] // L
         Cf_ref[...] = lax.fori_loop(0, nc, body, C0_ref[...].astype(F32))
@@ -203,27 +203,27 @@ def _output_kernel(q_ref, k_ref, v_ref, i_ref, bc_ref, br_ref, C_ref, n_ref, m_r
     n_k, at = _slices(q_ref.shape[-1], cfg.tile_k)
 
     def body(j, carry):
-        S_LL, qC_LV, qn_L1 = carry
-        q_LK, k_LK = q_ref[:, at(j)], k_ref[:, at(j)]
-        S_LL += _dot(q_LK, k_LK, (1, 1), cfg)
-        qC_LV += _dot(q_LK.astype(F32), C_ref[at(j), :], (1, 0), cfg)
-        qn_L1 += jnp.sum(q_LK.astype(F32) * n_ref[:, at(j)], axis=1, keepdims=True)
-        return S_LL, qC_LV, qn_L1
+        S_TS, qC_TE, qn_T1 = carry
+        q_TM, k_SM = q_ref[:, at(j)], k_ref[:, at(j)]
+        S_TS += _dot(q_TM, k_SM, (1, 1), cfg)
+        qC_TE += _dot(q_TM.astype(F32), C_ref[at(j), :], (1, 0), cfg)
+        qn_T1 += jnp.sum(q_TM.astype(F32) * n_ref[:, at(j)], axis=1, keepdims=True)
+        return S_TS, qC_TE, qn_T1
 
     init = (jnp.zeros((L, L), F32), jnp.zeros(h_ref.shape, F32), jnp.zeros((L, 1), F32))
-    S_LL, qC_LV, qn_L1 = _loop(n_k, body, init)
-    D_LL = _decay_weights(i_ref, bc_ref, br_ref, L)
-    init_L1 = bc_ref[...] + m_ref[...]
-    m_L1 = jnp.maximum(jnp.max(D_LL, axis=1, keepdims=True), init_L1)
-    W_LL = jnp.exp(D_LL - m_L1) * S_LL
-    w0_L1 = jnp.exp(init_L1 - m_L1)
-    num_LV = _dot(W_LL.astype(v_ref.dtype), v_ref[...], (1, 0), cfg) + w0_L1 * qC_LV
-    den_L1 = jnp.sum(W_LL, axis=1, keepdims=True) + w0_L1 * qn_L1
-    h_ref[...] = (num_LV / (jnp.maximum(jnp.abs(den_L1), jnp.exp(-m_L1)) + cfg.eps)).astype(
+    S_TS, qC_TE, qn_T1 = _loop(n_k, body, init)
+    D_TS = _decay_weights(i_ref, bc_ref, br_ref, L)
+    init_T1 = bc_ref[...] + m_ref[...]
+    m_T1 = jnp.maximum(jnp.max(D_TS, axis=1, keepdims=True), init_T1)
+    W_TS = jnp.exp(D_TS - m_T1) * S_TS
+    w0_T1 = jnp.exp(init_T1 - m_T1)
+    num_TE = _dot(W_TS.astype(v_ref.dtype), v_ref[...], (1, 0), cfg) + w0_T1 * qC_TE
+    den_T1 = jnp.sum(W_TS, axis=1, keepdims=True) + w0_T1 * qn_T1
+    h_ref[...] = (num_TE / (jnp.maximum(jnp.abs(den_T1), jnp.exp(-m_T1)) + cfg.eps)).astype(
         h_ref.dtype
     )
     # The backward's residuals: stabiliser and signed sum (the same in every value slice).
-    mt_ref[...], nq_ref[...] = m_L1, den_L1
+    mt_ref[...], nq_ref[...] = m_T1, den_T1
 
 
 def _dstate_kernel(
@@ -234,17 +234,17 @@ def _dstate_kernel(
     reverse state kernel)."""
     L = cfg.chunk
 
-    def step(dC_KV, q_LK, dnum_LV, w0_L1, decay_11):
-        return decay_11 * dC_KV + _dot(w0_L1 * q_LK.astype(F32), dnum_LV, (0, 0), cfg)
+    def step(dC_ME, q_TM, dnum_TE, w0_T1, decay_11):
+        return decay_11 * dC_ME + _dot(w0_T1 * q_TM.astype(F32), dnum_TE, (0, 0), cfg)
 
     if cfg.style == "gpu":  # one program walks its chunks backwards
         nc = q_ref.shape[0] // L
 
-        def body(j, dC_KV):
+        def body(j, dC_ME):
             c = nc - 1 - j
-            dCe_ref[c] = dC_KV
+            dCe_ref[c] = dC_ME
             rows = pl.ds(pl.multiple_of(c * L, L), L)
-            return step(dC_KV, q_ref[rows, :], dnum_ref[rows, :], w0_ref[rows, :], decay_ref[c])
+            return step(dC_ME, q_ref[rows, :], dnum_ref[rows, :], w0_ref[rows, :], decay_ref[c])
 
         dC0_ref[...] = lax.fori_loop(0, nc, body, dC1_ref[...])
         return
@@ -273,22 +273,22 @@ def _dqk_kernel(q_ref, k_ref, v_ref, dnum_ref, dnq_ref, i_ref, bc_ref, br_ref, m
     n_v, at = _slices(v_ref.shape[-1], cfg.tile_v)
 
     def body(j, carry):
-        dPv_LL, dqC_LK, dkC_LK = carry
-        dnum_LV, v_LV = dnum_ref[:, at(j)], v_ref[:, at(j)]
-        dPv_LL += _dot(dnum_LV.astype(lo), v_LV, (1, 1), cfg)
-        dqC_LK += _dot(dnum_LV, C_ref[:, at(j)], (1, 1), cfg)
-        dkC_LK += _dot(v_LV.astype(F32), dC_ref[:, at(j)], (1, 1), cfg)
-        return dPv_LL, dqC_LK, dkC_LK
+        dPv_TS, dqC_TM, dkC_SM = carry
+        dnum_TE, v_SE = dnum_ref[:, at(j)], v_ref[:, at(j)]
+        dPv_TS += _dot(dnum_TE.astype(lo), v_SE, (1, 1), cfg)
+        dqC_TM += _dot(dnum_TE, C_ref[:, at(j)], (1, 1), cfg)
+        dkC_SM += _dot(v_SE.astype(F32), dC_ref[:, at(j)], (1, 1), cfg)
+        return dPv_TS, dqC_TM, dkC_SM
 
     init = (jnp.zeros((L, L), F32), jnp.zeros(dq_ref.shape, F32), jnp.zeros(dk_ref.shape, F32))
-    dPv_LL, dqC_LK, dkC_LK = _loop(n_v, body, init)
-    dnq_L1 = dnq_ref[...]
-    A_LL = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])  # recomputed weights
-    dPlo_LL = (A_LL * (dPv_LL + dnq_L1)).astype(lo)
-    dq_ref[...] = _dot(dPlo_LL, k_ref[...], (1, 0), cfg) + w0_ref[...] * (
-        dqC_LK + dnq_L1 * n_ref[...]
+    dPv_TS, dqC_TM, dkC_SM = _loop(n_v, body, init)
+    dnq_T1 = dnq_ref[...]
+    A_TS = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])  # recomputed weights
+    dPlo_TS = (A_TS * (dPv_TS + dnq_T1)).astype(lo)
+    dq_ref[...] = _dot(dPlo_TS, k_ref[...], (1, 0), cfg) + w0_ref[...] * (
+        dqC_TM + dnq_T1 * n_ref[...]
     )
-    dk_ref[...] = _dot(dPlo_LL, q_ref[...], (0, 0), cfg) + e_ref[...] * (dkC_LK + dn_ref[...])
+    dk_ref[...] = _dot(dPlo_TS, q_ref[...], (0, 0), cfg) + e_ref[...] * (dkC_SM + dn_ref[...])
 
 
 def _dv_kernel(q_ref, k_ref, dnum_ref, i_ref, bc_ref, br_ref, mt_ref, e_ref, dC_ref, dv_ref, *,
@@ -300,33 +300,33 @@ def _dv_kernel(q_ref, k_ref, dnum_ref, i_ref, bc_ref, br_ref, mt_ref, e_ref, dC_
     n_k, at = _slices(q_ref.shape[-1], cfg.tile_k)
 
     def body(j, carry):
-        S_LL, kdC_LV = carry
-        k_LK = k_ref[:, at(j)]
-        S_LL += _dot(q_ref[:, at(j)], k_LK, (1, 1), cfg)
-        kdC_LV += _dot(k_LK.astype(F32), dC_ref[at(j), :], (1, 0), cfg)
-        return S_LL, kdC_LV
+        S_TS, kdC_SE = carry
+        k_SM = k_ref[:, at(j)]
+        S_TS += _dot(q_ref[:, at(j)], k_SM, (1, 1), cfg)
+        kdC_SE += _dot(k_SM.astype(F32), dC_ref[at(j), :], (1, 0), cfg)
+        return S_TS, kdC_SE
 
-    S_LL, kdC_LV = _loop(n_k, body, (jnp.zeros((L, L), F32), jnp.zeros(dv_ref.shape, F32)))
-    A_LL = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])
-    AS_LL = (A_LL * S_LL).astype(lo)
-    dv_ref[...] = _dot(AS_LL, dnum_ref[...].astype(lo), (0, 0), cfg) + e_ref[...] * kdC_LV
+    S_TS, kdC_SE = _loop(n_k, body, (jnp.zeros((L, L), F32), jnp.zeros(dv_ref.shape, F32)))
+    A_TS = jnp.exp(_decay_weights(i_ref, bc_ref, br_ref, L) - mt_ref[...])
+    AS_TS = (A_TS * S_TS).astype(lo)
+    dv_ref[...] = _dot(AS_TS, dnum_ref[...].astype(lo), (0, 0), cfg) + e_ref[...] * kdC_SE
 
 
 # --------------------------------------------------------------------------------- plumbing
 
 
-def _gates(i_GS, f_GS, L):
+def _gates(i_XT, f_XT, L):
     """Padded gates and their within-chunk sums: ``i``, ``b`` (inclusive), ``w = a + i``."""
-    G, S = i_GS.shape
-    pad = -S % L
-    lf = jax.nn.log_sigmoid(f_GS.astype(F32))
-    i = jnp.pad(i_GS.astype(F32), ((0, 0), (0, pad)), constant_values=NEG)
+    X, T = i_XT.shape
+    pad = -T % L
+    lf = jax.nn.log_sigmoid(f_XT.astype(F32))
+    i = jnp.pad(i_XT.astype(F32), ((0, 0), (0, pad)), constant_values=NEG)
     lf = jnp.pad(lf, ((0, 0), (0, pad)))
-    lf_c = lf.reshape(G, -1, L)
+    lf_c = lf.reshape(X, -1, L)
     b = jnp.cumsum(lf_c, axis=-1)
     rev = jnp.flip(jnp.cumsum(jnp.flip(lf_c, -1), axis=-1), -1)
     a = jnp.concatenate([rev[..., 1:], jnp.zeros_like(rev[..., :1])], axis=-1)
-    return i, b.reshape(G, -1), a.reshape(G, -1) + i
+    return i, b.reshape(X, -1), a.reshape(X, -1) + i
 
 
 def _stabilisers(b, w, m0, L):
@@ -585,16 +585,16 @@ def _gate_grads(q, k, f, C0, n0, dq, dk, dv, dC0, dn0):
     return dq, dk, dv, di, df, dC0, dn0, dm0
 
 
-def _state_update(k_LK, v_LV, w_L1, g_11, C_KV, n_1K, m_11):
+def _state_update(k_SM, v_SE, w_S1, g_11, C_ME, n_1M, m_11):
     """The state after one chunk in jnp (module docstring, kernel 1); ``w`` = a + i, ``g`` the
     chunk's decay."""
-    m_new = jnp.maximum(g_11 + m_11, jnp.max(w_L1, axis=0, keepdims=True))
+    m_new = jnp.maximum(g_11 + m_11, jnp.max(w_S1, axis=0, keepdims=True))
     decay = jnp.exp(g_11 + m_11 - m_new)
-    kw_LK = (jnp.exp(w_L1 - m_new) * k_LK.astype(F32)).astype(k_LK.dtype)
+    kw_SM = (jnp.exp(w_S1 - m_new) * k_SM.astype(F32)).astype(k_SM.dtype)
     full = lax.Precision.HIGHEST
-    C_KV = decay * C_KV + jnp.einsum("lk,lv->kv", kw_LK, v_LV, precision=full)
-    n_1K = decay * n_1K + jnp.sum(kw_LK.astype(F32), axis=0, keepdims=True)
-    return C_KV, n_1K, m_new
+    C_ME = decay * C_ME + jnp.einsum("sm,se->me", kw_SM, v_SE, precision=full)
+    n_1M = decay * n_1M + jnp.sum(kw_SM.astype(F32), axis=0, keepdims=True)
+    return C_ME, n_1M, m_new
 
 
 def _chunkwise_jnp(q, k, v, i, f, C0, n0, m0, chunk, eps):
@@ -658,11 +658,11 @@ _mlstm.defvjp(_mlstm_fwd, _mlstm_bwd)
 
 
 def mlstm_chunkwise(
-    q: Float[Array, "B NH S Dk"],
-    k: Float[Array, "B NH S Dk"],
-    v: Float[Array, "B NH S Dv"],
-    i: Float[Array, "B NH S"],
-    f: Float[Array, "B NH S"],
+    q: Float[Array, "B H T M"],
+    k: Float[Array, "B H T M"],
+    v: Float[Array, "B H T E"],
+    i: Float[Array, "B H T"],
+    f: Float[Array, "B H T"],
     *,
     initial_state: tuple | None = None,
     return_state: bool = False,
@@ -675,7 +675,7 @@ def mlstm_chunkwise(
 
     Args:
       q, k, v, i, f: as ``jaxlab.methods.xlstm.mlstm`` (q scaled by 1/sqrt(Dqk) here).
-      initial_state: ``(C, n, m)`` of shapes (B, NH, Dk, Dv), (B, NH, Dk), (B, NH); default zeros.
+      initial_state: ``(C, n, m)`` of shapes (B, H, M, E), (B, H, M), (B, H); default zeros.
       return_state: also return the final state (without gradient).
       eps: added to the normaliser.
       block_sizes: the chunk length and head-dim tile; default :meth:`BlockSizes.for_backend`
@@ -683,11 +683,11 @@ def mlstm_chunkwise(
       backend, interpret: kernel style and interpretation (:func:`resolve_backend`).
 
     Returns:
-      ``h`` (B, NH, S, Dv) in float32, and with ``return_state`` the final ``(C, n, m)``.
+      ``h`` (B, H, T, E) in float32, and with ``return_state`` the final ``(C, n, m)``.
     """
     if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
         raise KernelConfigError(
-            f"mlstm_chunkwise: q, k (B, NH, S, Dk) and v (B, NH, S, Dv) expected; got {q.shape}, "
+            f"mlstm_chunkwise: q, k (B, H, T, M) and v (B, H, T, E) expected; got {q.shape}, "
             f"{k.shape}, {v.shape}"
         )
     if i.shape != q.shape[:3] or f.shape != q.shape[:3]:

@@ -2,12 +2,15 @@
 
 Every ``import`` statement of every module under ``jaxlab/`` and ``pallas_kernels/`` counts,
 wherever it stands (a late import inside a function closes a circle as surely as one at the top),
-and each becomes an edge to the module it names (a submodule if one exists by that name, else
-the package). The tests fail on: (a) any import cycle; (b) a module of ``jaxlab.methods.X``
-importing ``jaxlab.methods.Y`` (a method never imports another: what two share moves down into
-``nn``, ``ot`` or ``core``); (c) ``jaxlab.core`` importing ``nn``, ``ot``, ``methods`` or ``data``;
-(d) ``pallas_kernels`` importing ``jaxlab``. No module is imported, so the checks cost no JAX.
-"""
+and each becomes an edge to the module it names (a submodule if one exists by that name, else the
+package). The tests fail on: (a) any import cycle; (b) a module of ``jaxlab.methods.X`` importing
+``jaxlab.methods.Y`` (a method never imports another: what two share moves down into ``nn``, ``lm``,
+``ot`` or ``core``); (c) a room importing a room it may not (:data:`MAY_IMPORT`): the floors
+``core`` ← ``data``, ``nn``, ``ot`` ← ``lm`` ← ``methods``, with ``nn`` holding layers only (no data
+pipeline, no training machinery), ``pallas_kernels`` importing no jaxlab and only ``nn`` and
+``methods`` importing it, and ``jaxlab.testing`` imported by no library room; (d) a module importing
+another module's private name (``from m import _name`` or ``m._name``): what two modules share is
+public in the module that owns it. No module is imported, so the checks cost no JAX."""
 
 from __future__ import annotations
 
@@ -107,20 +110,95 @@ def _method(module: str) -> str | None:
     return ".".join(parts[:3]) if len(parts) >= 3 and parts[:2] == ["jaxlab", "methods"] else None
 
 
+# The rooms each room may import (besides itself). A room is a package directly under jaxlab, or
+# pallas_kernels; jaxlab.testing (helpers for tests and benchmarks) may import any room, and no room
+# of the library may import it.
+MAY_IMPORT = {
+    "jaxlab.core": set(),
+    "jaxlab.data": {"jaxlab.core"},
+    "jaxlab.nn": {"jaxlab.core", "pallas_kernels"},
+    "jaxlab.ot": {"jaxlab.core"},
+    "jaxlab.lm": {"jaxlab.core", "jaxlab.data", "jaxlab.nn"},
+    "jaxlab.methods": {
+        "jaxlab.core",
+        "jaxlab.data",
+        "jaxlab.nn",
+        "jaxlab.ot",
+        "jaxlab.lm",
+        "pallas_kernels",
+    },
+    "pallas_kernels": set(),
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "jaxlab" and len(parts) > 1 else parts[0]
+
+
 def layout_violations(graph: dict[str, set[str]]) -> list[str]:
-    """One line per import that breaks rules (b), (c) or (d)."""
+    """One line per import that breaks rule (b) or (c)."""
     bad = []
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
             own, other = _method(module), _method(target)
             if own and other and own != other:
                 bad.append(f"{module} -> {target}: a method imports another method")
-            lower = ("jaxlab.nn", "jaxlab.ot", "jaxlab.methods", "jaxlab.data")
-            if _under(module, "jaxlab.core") and any(_under(target, p) for p in lower):
-                bad.append(f"{module} -> {target}: jaxlab.core imports a package above it")
-            if _under(module, "pallas_kernels") and _under(target, "jaxlab"):
-                bad.append(f"{module} -> {target}: pallas_kernels imports jaxlab")
+            here, there = _room(module), _room(target)
+            if here == there or here not in MAY_IMPORT or there == "jaxlab":
+                continue
+            if there not in MAY_IMPORT[here]:
+                bad.append(f"{module} -> {target}: {here} may not import {there}")
     return bad
+
+
+def test_every_room_has_rules(graph):
+    """A new package under jaxlab must be placed on a floor here before it can import anything."""
+    rooms = {_room(m) for m in graph} - {"jaxlab", "jaxlab.testing"}
+    assert rooms <= MAY_IMPORT.keys(), f"rooms without import rules: {rooms - MAY_IMPORT.keys()}"
+
+
+def test_nn_holds_layers_only(graph):
+    """Issue 43: no module of nn imports the data pipeline or the training machinery."""
+    training = {"jaxlab.core.loop", "jaxlab.core.aot", "jaxlab.core.optim", "jaxlab.core.mesh",
+                "jaxlab.core.checkpoint", "jaxlab.core.task", "jaxlab.core.step"}  # fmt: skip
+    for module, targets in graph.items():
+        if _room(module) == "jaxlab.nn":
+            assert not {t for t in targets if _room(t) in ("jaxlab.data", "jaxlab.lm")}, module
+            assert not targets & training, f"{module} imports {targets & training}"
+
+
+def private_imports(modules: dict[str, pathlib.Path] | None = None) -> list[str]:
+    """One line per use of another project module's private name (rule (d)): ``from m import
+    _name`` and ``m._name`` on a name bound by ``import m`` / ``from p import m``."""
+    modules = _modules() if modules is None else modules
+    project = tuple(f"{p}" for p in PACKAGES)
+    bad = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bound = set()  # local names of imported project modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names
+                          if a.name.startswith(project)}  # fmt: skip
+            elif isinstance(node, ast.ImportFrom):
+                if not node.level and not (node.module or "").startswith(project):
+                    continue
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private:
+                        bad.append(f"{name} imports {alias.name} from {node.module}")
+                    bound.add(alias.asname or alias.name)
+        bad += [
+            f"{name} uses {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ]
+    return sorted(bad)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +222,10 @@ def test_methods_core_and_kernels_import_only_downwards(graph):
     assert layout_violations(graph) == []
 
 
+def test_no_module_uses_another_modules_private_names():
+    assert private_imports() == []
+
+
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """The rules fail on a circle closed by a late import and on each forbidden direction."""
     sources = {
@@ -158,6 +240,13 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         "jaxlab/methods/a/model.py": "from jaxlab.methods.b import thing\n",
         "jaxlab/methods/b/__init__.py": "thing = 1\n",
         "pallas_kernels/__init__.py": "from jaxlab.core import errors\n",
+        "jaxlab/nn/model.py": "from jaxlab.lm import task\nfrom jaxlab.data import text\n",
+        "jaxlab/lm/__init__.py": "",
+        "jaxlab/lm/task.py": "import jaxlab.testing.toy\n",
+        "jaxlab/data/__init__.py": "",
+        "jaxlab/data/text.py": "",
+        "jaxlab/testing/__init__.py": "",
+        "jaxlab/testing/toy.py": "from jaxlab.methods.a import M\n",
     }
     for path, text in sources.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -167,11 +256,27 @@ def test_the_checks_catch_what_they_forbid(tmp_path):
         ".".join(f.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): f
         for f in files
     }
+    (tmp_path / "jaxlab/lm/generate.py").write_text(
+        "from jaxlab.lm.task import _loss\nfrom jaxlab.lm import task\n"
+        "x = task._cache\ny = task.z\n"
+    )
+    files = sorted(tmp_path.rglob("*.py"))
+    modules = {
+        ".".join(f.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): f
+        for f in files
+    }
+    assert private_imports(modules) == [
+        "jaxlab.lm.generate imports _loss from jaxlab.lm.task",
+        "jaxlab.lm.generate uses task._cache",
+    ]
     graph = import_graph(modules)
     assert graph["jaxlab.methods.a"] == {"jaxlab.methods.a.model"}  # relative import resolved
     assert find_cycles(graph) == [["jaxlab.nn.linear", "jaxlab.nn.spectral"]]
     assert layout_violations(graph) == [
-        "jaxlab.core.loop -> jaxlab.nn.linear: jaxlab.core imports a package above it",
+        "jaxlab.core.loop -> jaxlab.nn.linear: jaxlab.core may not import jaxlab.nn",
+        "jaxlab.lm.task -> jaxlab.testing.toy: jaxlab.lm may not import jaxlab.testing",
         "jaxlab.methods.a.model -> jaxlab.methods.b: a method imports another method",
-        "pallas_kernels -> jaxlab.core: pallas_kernels imports jaxlab",
+        "jaxlab.nn.model -> jaxlab.data.text: jaxlab.nn may not import jaxlab.data",
+        "jaxlab.nn.model -> jaxlab.lm.task: jaxlab.nn may not import jaxlab.lm",
+        "pallas_kernels -> jaxlab.core: pallas_kernels may not import jaxlab.core",
     ]

@@ -3,6 +3,7 @@
 import os
 import pathlib
 import sys
+import tomllib
 
 import jupytext
 import nbformat
@@ -44,13 +45,15 @@ def test_notebook_runs_and_is_paired(source: pathlib.Path, tmp_path, monkeypatch
     client.execute()
 
 
+# The one URL of the repository (tests/test_repo_url.py: every other mention agrees with it).
+REPOSITORY = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 INSTALL_CELL = """# Colab: install jaxlab (elsewhere, from a clone: pip install -e ".[dev]")
 import subprocess
 import sys
 
 EXTRAS = {extras}
 if "google.colab" in sys.modules:
-    spec = f"jaxlab{{EXTRAS}} @ git+https://github.com/jaxlab/jaxlab"
+    spec = f"jaxlab{{EXTRAS}} @ git+{repository}"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)
 from jaxlab.core.environment import env_flag
 
@@ -62,7 +65,9 @@ def test_notebooks_share_one_install_cell_and_one_plot_style(source: pathlib.Pat
     cells = _code(jupytext.read(source))
     extras_line = next(line for line in cells[0].splitlines() if line.startswith("EXTRAS = "))
     extras = extras_line.removeprefix("EXTRAS = ")
-    assert cells[0] == INSTALL_CELL.format(extras=extras), f"{source.name}: first cell differs"
+    assert cells[0] == INSTALL_CELL.format(extras=extras, repository=REPOSITORY), (
+        f"{source.name}: first cell differs"
+    )
     # Figures come from jaxlab.core.plots (the experiments' style), never from pyplot directly.
     text = source.read_text()
     assert "pyplot" not in text and "Figure(" not in text, f"{source.name} draws its own figures"
@@ -77,7 +82,7 @@ def test_the_install_cell_reads_the_smoke_flag_as_a_boolean(value, smoke, monkey
     # JAXLAB_SMOKE=0 once ran every notebook at smoke size: the flag was read as "set".
     monkeypatch.setenv("JAXLAB_SMOKE", value)
     scope: dict = {}
-    exec(INSTALL_CELL.format(extras='""'), scope)
+    exec(INSTALL_CELL.format(extras='""', repository=REPOSITORY), scope)
     assert scope["SMOKE"] is smoke
 
 
@@ -87,4 +92,4 @@ def test_the_install_cell_refuses_a_smoke_flag_that_is_not_a_boolean(monkeypatch
         ConfigError,
         match=r"^JAXLAB_SMOKE='2' is not a boolean; use 1/true/yes/on or 0/false/no/off$",
     ):
-        exec(INSTALL_CELL.format(extras='""'), {})
+        exec(INSTALL_CELL.format(extras='""', repository=REPOSITORY), {})

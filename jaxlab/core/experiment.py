@@ -20,25 +20,11 @@ the corrected command a different run.
 
 A workdir *holds a run* when it has a checkpoint (its own or a sub-run's) or a finished
 ``summary.json`` (:func:`jaxlab.core.workdir.holds_run`). Such a workdir is refused when the new
-config differs from its ``config.json`` in anything but :data:`RESUMABLE_CHANGES`. A workdir that
+config differs from its ``config.json`` in anything but the keys a resume may change
+(:data:`jaxlab.core.workdir.RESUMABLE_CHANGES`, with the reason for each). A workdir that
 holds no run (for instance one whose command failed on a config error before its first checkpoint)
 has its ``config.json`` replaced, so the corrected command just runs.
 
-Which keys may change on resume, and why (:data:`RESUMABLE_CHANGES`):
-
-* ``train.steps`` — extending a finished run is common; the schedule keeps its original length
-  (see :mod:`jaxlab.core.loop`), and lowering it below the reached step is refused there.
-* ``train.learning_rate``, ``train.warmup_steps``, ``train.min_lr_ratio``, ``train.grad_clip`` —
-  what a user changes after a divergence (the loop's NaN error names them). They are not part of
-  the checkpointed state: the schedule is a function of the step and the optimizer state has the
-  same structure with or without clipping, so the resumed run continues from the checkpoint with the
-  new values; every checkpoint records the values it was trained with.
-* ``train.log_every``, ``train.eval_every``, ``train.checkpoint_every``, ``train.keep_checkpoints``,
-  ``train.tensorboard``, ``train.wandb``, ``train.wandb_project`` — when and where results are
-  written, not what is trained.
-
-Everything else (model, data, batch size, seed, optimizer moments, mesh, accumulation) defines what
-the checkpoints hold or how batches are drawn, and a change means a different run.
 """
 
 from __future__ import annotations
@@ -55,11 +41,11 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from jaxlab.core.config import TrainConfig, apply_overrides, config_diff, to_dict
+from jaxlab.core.config import TrainConfig, apply_overrides, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
 from jaxlab.core.startup import StartupProfile
-from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
+from jaxlab.core.workdir import changes_to_another_run, holds_run, prepare_workdir, workdir_lock
 
 __all__ = [
     "available",
@@ -70,23 +56,6 @@ __all__ = [
     "resolve_config",
     "select_preset",
 ]
-
-# Keys that may change between a run and its resumption without making it a different run (the
-# module docstring gives the reason for each).
-RESUMABLE_CHANGES = (
-    "train.steps",
-    "train.learning_rate",
-    "train.warmup_steps",
-    "train.min_lr_ratio",
-    "train.grad_clip",
-    "train.log_every",
-    "train.eval_every",
-    "train.checkpoint_every",
-    "train.keep_checkpoints",
-    "train.tensorboard",
-    "train.wandb",
-    "train.wandb_project",
-)
 
 
 def available(exp_dir: str | pathlib.Path) -> list[str]:
@@ -154,7 +123,7 @@ def resolve_config(module: ModuleType, overrides: dict[str, str], smoke: bool) -
 
 
 def _check_resumable(workdir: pathlib.Path, record: dict[str, Any]) -> None:
-    """Refuses a workdir holding a run whose config differs beyond :data:`RESUMABLE_CHANGES`."""
+    """Refuses a workdir holding a run whose config differs beyond what a resume may change."""
     path = workdir / "config.json"
     if not path.exists() or not holds_run(workdir):
         return  # nothing to resume: the config is (re)written by this run
@@ -167,9 +136,7 @@ def _check_resumable(workdir: pathlib.Path, record: dict[str, Any]) -> None:
             f"{path} is damaged (not a JSON object); delete it to resume the run in {workdir} "
             "with this command's config, or use another --workdir"
         )
-    diffs = [
-        d for d in config_diff(old, record) if d.removeprefix("config.") not in RESUMABLE_CHANGES
-    ]
+    diffs = changes_to_another_run(old, record)
     if diffs:
         raise RunError(
             f"{workdir} holds a run with a different config ({', '.join(diffs[:5])}); "

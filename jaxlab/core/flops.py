@@ -1,7 +1,7 @@
 """FLOP accounting that knows no model: the per-token count's type, and two measured counts.
 
 A model's config counts its own forward FLOPs per token
-(:meth:`jaxlab.nn.lm_config.LMConfig.flops_per_token`, after Kaplan et al. 2020, "Scaling Laws for
+(:meth:`jaxlab.lm.config.LMConfig.flops_per_token`, after Kaplan et al. 2020, "Scaling Laws for
 Neural Language Models", Table 1: a multiply-add is 2 FLOPs, every weight matrix costs
 ``2 * fan_in * fan_out`` per token, training is 3x the forward pass) and returns a
 :class:`FlopCount`, split by part.

@@ -45,7 +45,7 @@ class Iteration(NamedTuple):
     """
 
     state: Any
-    trace: Float[Array, " T"]
+    trace: Float[Array, " iters"]
     n_iter: Int[Array, ""]
     converged: Bool[Array, ""]
 

@@ -1,20 +1,26 @@
 """The shared training loop: ``run_training(task, cfg, workdir)``.
 
-A readable function in banner-marked stages (big_vision style), not a framework:
+A readable function, not a framework: one named function per stage (big_vision's stages), each
+readable and testable alone. What crosses stages is two small values: ``_Run``, fixed once the run
+starts (config, compiled program, checkpointer, metrics writer), and ``_Progress``, what the stages
+change (the train state, the step, metrics not yet read back, the loss window, the last rows).
 
-1. *setup* — multi-process start-up if asked, the workdir (checked, then locked for the run), the
-   mesh, the optimizer (the task's own, or AdamW from :class:`~jaxlab.core.config.TrainConfig`);
-2. *init or resume* — model, optimizer and task state are created inside ``jax.jit`` with
-   ``out_shardings`` from their logical axis names, or restored from the newest readable checkpoint
-   together with the data-iterator position, the RNG key and the loss-window accumulators;
-3. *steps* — a jitted, donating train step over ``(state, batch, key)`` (gradient accumulation over
-   micro-batches inside it when ``train.grad_accum_steps > 1``), then the task's every-k-steps state
-   hooks; the per-step key is ``fold_in(seed_key, step)``, so a resumed run draws exactly the keys
-   an uninterrupted one would;
-4. *log / eval / checkpoint* — at fixed step multiples. Before any checkpoint is written, every
-   step's loss, gradient norm and "all parameters finite" flag (a reduction inside the jitted step)
-   are read back to the host, so a diverged step stops the run with a one-line
-   :class:`~jaxlab.core.errors.RunError` and never overwrites the last good checkpoint.
+1. *setup* (``run_training``, ``_setup``) — multi-process start-up if asked, the workdir (checked,
+   then locked for the run), the mesh, the optimizer (the task's own, or AdamW from
+   :class:`~jaxlab.core.config.TrainConfig`);
+2. *init or resume* (``_init_or_resume``) — model, optimizer and task state are created inside
+   ``jax.jit`` with ``out_shardings`` from their logical axis names, or restored from the newest
+   readable checkpoint together with the data-iterator position and the loss-window accumulators
+   (the RNG key is rebuilt from the recorded seed);
+3. *steps* (``_step``) — a jitted, donating train step over ``(state, batch, key)`` (gradient
+   accumulation over micro-batches inside it when ``train.grad_accum_steps > 1``), then the task's
+   every-k-steps state hooks; the per-step key is ``fold_in(seed_key, step)``, so a resumed run
+   draws exactly the keys an uninterrupted one would;
+4. *log / eval / checkpoint* (``_log_eval_checkpoint``) — at fixed step multiples (``_due``).
+   Before any checkpoint is written, every step's loss, gradient norm and "all parameters finite"
+   flag (a reduction inside the jitted step) are read back to the host (``_drain``), so a diverged
+   step stops the run with a one-line :class:`~jaxlab.core.errors.RunError` and never overwrites
+   the last good checkpoint.
 
 A run killed at any moment and restarted with the same command therefore ends with the same
 ``metrics.jsonl`` as an uninterrupted run (the kill/resume test checks this with SIGKILL).
@@ -46,11 +52,13 @@ Plain callables on the logged rows (``hooks=``) read metrics and cannot change t
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -224,6 +232,68 @@ def run_training(
         )
 
 
+# ---------------------------------------------------------------------------- what crosses stages
+
+
+class _Setup(NamedTuple):
+    """What the setup stage fixes before the workdir is read."""
+
+    build: Callable[..., TrainProgram]  # build(schedule_steps=n): the program for that schedule
+    program: TrainProgram  # built for ``cfg.steps``
+    init_key: jax.Array
+    step_key: jax.Array  # step n trains with fold_in(step_key, n)
+    num_params: int
+    unit: str  # what throughput counts: "tokens", "examples", ...
+    units_per_step: int
+    say: Callable[..., None]  # print on process 0 when verbose, else nothing
+
+
+class _Run(NamedTuple):
+    """What the step and log / eval / checkpoint stages read and never rebind."""
+
+    cfg: TrainConfig
+    mesh: jax.sharding.Mesh
+    rules: AxisRules
+    setup: _Setup
+    program: TrainProgram  # for the schedule in use (a resumed run keeps its own length)
+    schedule_steps: int
+    iterator: Any  # the task's checkpointable iterator of host batches
+    ckpt: Checkpointer
+    writer: MetricWriter | None  # process 0 only
+    eval_step: Callable
+    eval_data: list[Any]
+    hooks: Sequence[Callable[[int, dict[str, float]], None]]
+    config_record: Mapping[str, Any] | None
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What the stages change as the run goes (the host side of the loop, mutated in place)."""
+
+    state: Any  # the train state, on the devices
+    step: int  # steps done
+    window: dict[str, Any]  # {"sum": {metric: total}, "count": steps} since the last logged row
+    last_row: dict[str, float]
+    last_eval: dict[str, float]
+    # (step, metrics, [(hook name, finite flag)]) not yet read back to the host.
+    pending: list[tuple[int, dict[str, Any], list[tuple[str, Any]]]] = dataclasses.field(
+        default_factory=list
+    )
+    t_window: float = 0.0  # when the throughput window began
+    steps_in_window: int = 0
+
+
+class _Due(NamedTuple):
+    """What happens after a step: a metrics row, an eval, a checkpoint."""
+
+    log: bool
+    eval: bool
+    checkpoint: bool
+
+
+# ---------------------------------------------------------------------------- the stages
+
+
 def _run_training(
     task: Task,
     cfg: TrainConfig,
@@ -238,200 +308,263 @@ def _run_training(
     verbose: bool,
     program: TrainProgram | None,
 ) -> dict[str, Any]:
-    # ------------------------------------------------------------------ setup
-    is_main = jax.process_index() == 0
-    say = print if verbose and is_main else (lambda *a, **k: None)
-    check_batch_fits(cfg, batch_shards(mesh, rules))
-    units, unit = units_per_example(task)
-    units_per_step = cfg.batch_size * units
-    for hook in getattr(task, "state_hooks", tuple)():
-        if hook.every <= 0:
-            raise ConfigError(f"{hook.name}: StateHook.every must be positive, got {hook.every}")
-
-    seed_key = jax.random.key(cfg.seed)
-    init_key, step_key = jax.random.split(seed_key)
-
-    def build(schedule_steps: int):
-        """The optimizer, state and jitted steps for a schedule of ``schedule_steps`` (shared with
-        the step timer, :func:`jaxlab.core.timing.step_seconds`)."""
-        return build_train_program(
-            task,
-            cfg,
-            mesh,
-            rules,
-            init_key=init_key,
-            schedule_steps=schedule_steps,
-            decay_mask=decay_mask,
-            lr_groups=lr_groups,
-        )
-
-    program = program or build(cfg.steps)
-    schedule, graphdef, shardings = program.schedule, program.graphdef, program.shardings
-    num_params = sum(
-        x.size
-        for x in jax.tree.leaves(
-            nnx.state(nnx.merge(graphdef, program.abstract_state)[0], nnx.Param)
-        )
-    )
-
-    # ------------------------------------------------------------------ init or resume
+    """The stages in order: setup, init or resume, then step and log / eval / checkpoint."""
+    setup = _setup(task, cfg, mesh, rules, decay_mask, lr_groups, verbose, program)
     iterator = task.train_iterator(cfg.batch_size, cfg.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
     writer = None
     try:
-        abstract = jax.tree.map(
-            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-            program.abstract_state,
-            shardings,
+        program, schedule_steps, progress = _init_or_resume(setup, cfg, workdir, ckpt, iterator)
+        start = progress.step
+        writer = _open_writer(workdir, cfg, start, config_record)
+        # The state's layout does not depend on the schedule: the first program's shardings.
+        eval_step = jax.jit(
+            make_eval_step(task, program.graphdef), in_shardings=(setup.program.shardings, None)
         )
-        restored = ckpt.restore(abstract, iterator)
-        last_row: dict[str, float] = {}
-        last_eval: dict[str, float] = {}
-        schedule_steps = cfg.steps
-        if restored is None:
-            state = program.init(init_key)
-            start, window = 0, {"sum": {}, "count": 0}
-        else:
-            state, start, window = restored.state, restored.step, restored.meta["window"]
-            last_row, last_eval = restored.meta["last_row"], restored.meta["last_eval"]
-            if start > cfg.steps:
-                raise ConfigError(
-                    f"train.steps={cfg.steps} is below step {start}, which the run in {workdir} "
-                    f"has reached; set train.steps >= {start}, or use another --workdir"
-                )
-            schedule_steps = int(
-                restored.meta.get("schedule_steps", restored.meta["train"]["steps"])
-            )
-            say(f"resumed from step {start} in {workdir}")
-            if schedule_steps != cfg.steps:
-                program = build(schedule_steps)
-                schedule, graphdef = program.schedule, program.graphdef
-                after = (
-                    f"steps {schedule_steps + 1}-{cfg.steps} run at its final learning rate "
-                    f"{float(schedule(schedule_steps)):.3g}"
-                    if cfg.steps > schedule_steps
-                    else f"the run stops at step {cfg.steps}, before the schedule ends"
-                )
-                say(
-                    f"train.steps={cfg.steps}, but this run started with {schedule_steps}: the "
-                    f"learning-rate schedule keeps its length of {schedule_steps} steps; {after}"
-                )
-        if is_main:
-            writer = MetricWriter(
-                workdir,
-                start_step=start,
-                tensorboard=cfg.tensorboard,
-                wandb=cfg.wandb,
-                config=config_record,
-                project=cfg.wandb_project,
-            )
-
-        # -------------------------------------------------------------- compiled steps
-        train_step, hook_steps = program.train_step, program.hook_steps
-        eval_step = jax.jit(make_eval_step(task, graphdef), in_shardings=(shardings, None))
         eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
-
-        def evaluate() -> dict[str, float]:
-            totals: dict[str, float] = {}
-            for batch in eval_data:
-                metrics = jax.device_get(eval_step(state, global_batch(batch, mesh, rules)))
-                for name, value in metrics.items():
-                    totals[name] = totals.get(name, 0.0) + float(value)
-            return {f"eval_{name}": v / len(eval_data) for name, v in totals.items()}
-
-        # -------------------------------------------------------------- steps
-        # (step, metrics, [(hook name, finite flag)]) not yet read back to the host.
-        pending: list[tuple[int, dict[str, jax.Array], list[tuple[str, jax.Array]]]] = []
-        t_window, steps_in_window = time.perf_counter(), 0
-        t_start = time.perf_counter()
-
-        def drain() -> None:
-            """Reads pending step metrics to the host; stops the run on any non-finite value."""
-            for step, metrics, hook_flags in jax.device_get(pending):
-                problem = _non_finite(metrics, bool(metrics.pop(STATE_FINITE)))
-                problem = problem or next(
-                    (f"train state after {name}" for name, ok in hook_flags if not ok), None
-                )
-                if problem:
-                    last = ckpt.steps()[-1] if ckpt.steps() else None
-                    raise _diverged(problem, step, last, cfg)
-                for name, value in metrics.items():
-                    window["sum"][name] = window["sum"].get(name, 0.0) + float(value)
-                window["count"] += 1
-            pending.clear()
-
-        for step in range(start, cfg.steps):
-            batch = global_batch(next(iterator), mesh, rules)
-            state, metrics = train_step(state, batch, jax.random.fold_in(step_key, step))
-            done = step + 1
-            pending.append((done, metrics, []))
-            for hook, hook_step in hook_steps:
-                if done % hook.every == 0:
-                    state, finite = hook_step(state, np.int32(done))
-                    pending[-1][2].append((hook.name, finite))
-            steps_in_window += 1
-            is_last = done == cfg.steps
-            log_now = done % cfg.log_every == 0 or is_last
-            eval_now = done % cfg.eval_every == 0 or is_last
-            ckpt_now = done % cfg.checkpoint_every == 0 or is_last
-            if not (log_now or eval_now or ckpt_now):
-                continue
-            drain()
-            row: dict[str, float] = {}
-            row_perf: dict[str, float] = {}
-            if log_now and window["count"]:
-                row = {name: v / window["count"] for name, v in window["sum"].items()}
-                row["learning_rate"] = float(schedule(done - 1))
-                window = {"sum": {}, "count": 0}
-                elapsed = time.perf_counter() - t_window
-                rate = steps_in_window * units_per_step / max(elapsed, 1e-9)
-                eta = (cfg.steps - done) * elapsed / max(steps_in_window, 1)
-                say(
-                    f"step {done}/{cfg.steps} | loss {row['loss']:.4f} | "
-                    f"{rate:,.0f} {unit}/s | ETA {_format_eta(eta)}",
-                    flush=True,
-                )
-                row_perf = {f"{unit}_per_second": rate}
-            if eval_now:
-                last_eval = evaluate()
-                row.update(last_eval)
-                shown = ", ".join(f"{name} {v:.4f}" for name, v in last_eval.items())
-                say(f"  eval @ {done}: {shown}", flush=True)
-            if row:
-                row[f"{unit}_seen"] = done * units_per_step
-                last_row = row
-                if writer is not None:
-                    writer.write(done, {**row, **row_perf})
-                for hook in hooks:
-                    hook(done, row)
-            if ckpt_now:
-                meta = {
-                    "step": done,
-                    "seed": cfg.seed,
-                    "schedule_steps": schedule_steps,
-                    "window": window,
-                    "last_row": last_row,
-                    "last_eval": last_eval,
-                    "config": dict(config_record or {}),
-                    "train": to_dict(cfg),
-                }
-                ckpt.save(done, state, iterator, meta)
-            # Throughput counts training steps only, not the eval and checkpoint time above.
-            t_window, steps_in_window = time.perf_counter(), 0
+        run = _Run(
+            cfg,
+            mesh,
+            rules,
+            setup,
+            program,
+            schedule_steps,
+            iterator,
+            ckpt,
+            writer,
+            eval_step,
+            eval_data,
+            hooks,
+            config_record,
+        )
+        progress.t_window = t_start = time.perf_counter()
+        while progress.step < cfg.steps:
+            _step(run, progress)
+            _log_eval_checkpoint(run, progress)
     finally:
         ckpt.close()
         if writer is not None:
             writer.close()
+    return _summary(run, progress, start, time.perf_counter() - t_start)
 
-    wall = time.perf_counter() - t_start
+
+def _setup(
+    task: Task,
+    cfg: TrainConfig,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+    decay_mask: Callable[[Any], Any] | None,
+    lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None,
+    verbose: bool,
+    program: TrainProgram | None,
+) -> _Setup:
+    """Stage 1: checks the batch and the state hooks, splits the seed, builds the program (or
+    takes the one the caller built)."""
+    is_main = jax.process_index() == 0
+    say = print if verbose and is_main else (lambda *a, **k: None)
+    check_batch_fits(cfg, batch_shards(mesh, rules))
+    units, unit = units_per_example(task)
+    for hook in getattr(task, "state_hooks", tuple)():
+        if hook.every <= 0:
+            raise ConfigError(f"{hook.name}: StateHook.every must be positive, got {hook.every}")
+    init_key, step_key = jax.random.split(jax.random.key(cfg.seed))
+    # The same builder as the step timer's (jaxlab.core.timing.step_seconds).
+    build = functools.partial(
+        build_train_program,
+        task,
+        cfg,
+        mesh,
+        rules,
+        init_key=init_key,
+        decay_mask=decay_mask,
+        lr_groups=lr_groups,
+    )
+    program = program or build(schedule_steps=cfg.steps)
+    model = nnx.merge(program.graphdef, program.abstract_state)[0]
+    num_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    return _Setup(build, program, init_key, step_key, num_params, unit, cfg.batch_size * units, say)
+
+
+def _init_or_resume(
+    setup: _Setup, cfg: TrainConfig, workdir: pathlib.Path, ckpt: Checkpointer, iterator: Any
+) -> tuple[TrainProgram, int, _Progress]:
+    """Stage 2: a fresh state, or the newest readable checkpoint (with the iterator's position, the
+    loss window and the last rows); returns the program and schedule length the run keeps."""
+    program = setup.program
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        program.abstract_state,
+        program.shardings,
+    )
+    restored = ckpt.restore(abstract, iterator)
+    if restored is None:
+        fresh = program.init(setup.init_key)
+        return program, cfg.steps, _Progress(fresh, 0, {"sum": {}, "count": 0}, {}, {})
+    start, meta = restored.step, restored.meta
+    if start > cfg.steps:
+        raise ConfigError(
+            f"train.steps={cfg.steps} is below step {start}, which the run in {workdir} "
+            f"has reached; set train.steps >= {start}, or use another --workdir"
+        )
+    schedule_steps = int(meta.get("schedule_steps", meta["train"]["steps"]))
+    setup.say(f"resumed from step {start} in {workdir}")
+    if schedule_steps != cfg.steps:
+        program = setup.build(schedule_steps=schedule_steps)
+        after = (
+            f"steps {schedule_steps + 1}-{cfg.steps} run at its final learning rate "
+            f"{float(program.schedule(schedule_steps)):.3g}"
+            if cfg.steps > schedule_steps
+            else f"the run stops at step {cfg.steps}, before the schedule ends"
+        )
+        setup.say(
+            f"train.steps={cfg.steps}, but this run started with {schedule_steps}: the "
+            f"learning-rate schedule keeps its length of {schedule_steps} steps; {after}"
+        )
+    progress = _Progress(restored.state, start, meta["window"], meta["last_row"], meta["last_eval"])
+    return program, schedule_steps, progress
+
+
+def _open_writer(
+    workdir: pathlib.Path, cfg: TrainConfig, start: int, config_record: Mapping[str, Any] | None
+) -> MetricWriter | None:
+    """The metrics writer on process 0 (rows past ``start`` are dropped), ``None`` elsewhere."""
+    if jax.process_index() != 0:
+        return None
+    return MetricWriter(
+        workdir,
+        start_step=start,
+        tensorboard=cfg.tensorboard,
+        wandb=cfg.wandb,
+        config=config_record,
+        project=cfg.wandb_project,
+    )
+
+
+def _step(run: _Run, progress: _Progress) -> None:
+    """Stage 3: one jitted train step and the state hooks due after it; nothing is read back."""
+    batch = global_batch(next(run.iterator), run.mesh, run.rules)
+    key = jax.random.fold_in(run.setup.step_key, progress.step)
+    progress.state, metrics = run.program.train_step(progress.state, batch, key)
+    progress.step += 1
+    progress.pending.append((progress.step, metrics, []))
+    for hook, hook_step in run.program.hook_steps:
+        if progress.step % hook.every == 0:
+            progress.state, finite = hook_step(progress.state, np.int32(progress.step))
+            progress.pending[-1][2].append((hook.name, finite))
+    progress.steps_in_window += 1
+
+
+def _drain(progress: _Progress, ckpt: Checkpointer, cfg: TrainConfig) -> None:
+    """Reads the pending steps' metrics to the host and adds them to the loss window.
+
+    Raises:
+      RunError: a step's loss, gradient norm or parameters, or the state after a hook, are not
+        finite (nothing is saved: the caller checkpoints only after this returns).
+    """
+    for step, metrics, hook_flags in jax.device_get(progress.pending):
+        problem = _non_finite(metrics, bool(metrics.pop(STATE_FINITE)))
+        problem = problem or next(
+            (f"train state after {name}" for name, ok in hook_flags if not ok), None
+        )
+        if problem:
+            last = ckpt.steps()[-1] if ckpt.steps() else None
+            raise _diverged(problem, step, last, cfg)
+        for name, value in metrics.items():
+            progress.window["sum"][name] = progress.window["sum"].get(name, 0.0) + float(value)
+        progress.window["count"] += 1
+    progress.pending.clear()
+
+
+def _due(done: int, cfg: TrainConfig) -> _Due:
+    """What is due after ``done`` steps: each at its step multiple, and all of them at the end."""
+    is_last = done == cfg.steps
+    return _Due(
+        log=done % cfg.log_every == 0 or is_last,
+        eval=done % cfg.eval_every == 0 or is_last,
+        checkpoint=done % cfg.checkpoint_every == 0 or is_last,
+    )
+
+
+def _log_eval_checkpoint(run: _Run, progress: _Progress) -> None:
+    """Stage 4: when due, drains the pending steps, then logs, evaluates and checkpoints."""
+    due = _due(progress.step, run.cfg)
+    if not any(due):
+        return
+    _drain(progress, run.ckpt, run.cfg)
+    row: dict[str, float] = {}
+    row_perf: dict[str, float] = {}
+    if due.log and progress.window["count"]:
+        row, row_perf = _train_row(run, progress)
+    if due.eval:
+        progress.last_eval = _evaluate(run, progress.state)
+        row.update(progress.last_eval)
+        shown = ", ".join(f"{name} {v:.4f}" for name, v in progress.last_eval.items())
+        run.setup.say(f"  eval @ {progress.step}: {shown}", flush=True)
+    if row:
+        row[f"{run.setup.unit}_seen"] = progress.step * run.setup.units_per_step
+        progress.last_row = row
+        if run.writer is not None:
+            run.writer.write(progress.step, {**row, **row_perf})
+        for hook in run.hooks:
+            hook(progress.step, row)
+    if due.checkpoint:
+        run.ckpt.save(progress.step, progress.state, run.iterator, _checkpoint_meta(run, progress))
+    # Throughput counts training steps only, not the eval and checkpoint time above.
+    progress.t_window, progress.steps_in_window = time.perf_counter(), 0
+
+
+def _train_row(run: _Run, progress: _Progress) -> tuple[dict[str, float], dict[str, float]]:
+    """The loss window's means and learning rate (the window starts again), and the throughput;
+    prints the progress line."""
+    row = {name: v / progress.window["count"] for name, v in progress.window["sum"].items()}
+    row["learning_rate"] = float(run.program.schedule(progress.step - 1))
+    progress.window = {"sum": {}, "count": 0}
+    elapsed = time.perf_counter() - progress.t_window
+    rate = progress.steps_in_window * run.setup.units_per_step / max(elapsed, 1e-9)
+    eta = (run.cfg.steps - progress.step) * elapsed / max(progress.steps_in_window, 1)
+    run.setup.say(
+        f"step {progress.step}/{run.cfg.steps} | loss {row['loss']:.4f} | "
+        f"{rate:,.0f} {run.setup.unit}/s | ETA {_format_eta(eta)}",
+        flush=True,
+    )
+    return row, {f"{run.setup.unit}_per_second": rate}
+
+
+def _evaluate(run: _Run, state: Any) -> dict[str, float]:
+    """The mean of each eval metric over the task's eval batches, named ``eval_<metric>``."""
+    totals: dict[str, float] = {}
+    for batch in run.eval_data:
+        metrics = jax.device_get(run.eval_step(state, global_batch(batch, run.mesh, run.rules)))
+        for name, value in metrics.items():
+            totals[name] = totals.get(name, 0.0) + float(value)
+    return {f"eval_{name}": v / len(run.eval_data) for name, v in totals.items()}
+
+
+def _checkpoint_meta(run: _Run, progress: _Progress) -> dict[str, Any]:
+    """What a checkpoint keeps beside the state and the iterator, for resume and for readers."""
+    return {
+        "step": progress.step,
+        "seed": run.cfg.seed,
+        "schedule_steps": run.schedule_steps,
+        "window": progress.window,
+        "last_row": progress.last_row,
+        "last_eval": progress.last_eval,
+        "config": dict(run.config_record or {}),
+        "train": to_dict(run.cfg),
+    }
+
+
+def _summary(run: _Run, progress: _Progress, start: int, wall: float) -> dict[str, Any]:
+    """What :func:`run_training` returns (see there)."""
+    cfg, unit = run.cfg, run.setup.unit
     return {
         "final_step": cfg.steps,
         "resumed_from": start,
-        "num_params": int(num_params),
-        f"{unit}_seen": cfg.steps * units_per_step,
-        "schedule_steps": schedule_steps,
-        "train": {name: v for name, v in last_row.items() if not name.startswith("eval_")},
-        "eval": last_eval,
+        "num_params": int(run.setup.num_params),
+        f"{unit}_seen": cfg.steps * run.setup.units_per_step,
+        "schedule_steps": run.schedule_steps,
+        "train": {name: v for name, v in progress.last_row.items() if not name.startswith("eval_")},
+        "eval": progress.last_eval,
         "train_seconds_this_process": round(wall, 2),
         "steps_per_second": round((cfg.steps - start) / max(wall, 1e-9), 3),
     }

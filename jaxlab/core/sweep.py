@@ -5,12 +5,12 @@ A comparison trains every *arm* (a model, a method, a size) with every seed, eac
 records each finished run in ``<run>/run.json`` (its result and its full resolved config), so a
 re-run of the parent experiment trains nothing that has finished, and an unfinished run resumes
 from its checkpoint through the usual loop. A record is reused only for the same config, with the
-launcher's resume rules (:data:`jaxlab.core.experiment.RESUMABLE_CHANGES`): a change to one of those
-keys (``train.steps``, ``train.learning_rate``, ...) runs the callable again, which resumes the
-run as the loop does and records the new result; any other change refuses in one line, as the
-launcher refuses a workdir holding a run with another config. A result holding a non-finite number
-is a :class:`~jaxlab.core.errors.RunError`, as a diverged step is in the loop, and nothing is
-recorded.
+launcher's resume rules (:func:`jaxlab.core.workdir.changes_to_another_run`): a change to one of the
+keys a resume may change (``train.steps``, ``train.learning_rate``, ...) runs the callable again,
+which resumes the run as the loop does and records the new result; any other change refuses in one
+line, as the launcher refuses a workdir holding a run with another config. A result holding a
+non-finite number is a :class:`~jaxlab.core.errors.RunError`, as a diverged step is in the loop,
+and nothing is recorded.
 
 The curve helpers read a run's eval curve from its ``metrics.jsonl`` (:func:`read_curve`), average
 curves over seeds with the sample standard deviation of :func:`jaxlab.core.scaling.mean_sd`
@@ -29,9 +29,9 @@ import numpy as np
 
 from jaxlab.core.config import config_diff
 from jaxlab.core.errors import ConfigError, RunError
-from jaxlab.core.experiment import RESUMABLE_CHANGES
 from jaxlab.core.metrics import read_metrics, to_jsonable, write_json
 from jaxlab.core.scaling import mean_sd
+from jaxlab.core.workdir import changes_to_another_run
 
 __all__ = ["Run", "check_seeds", "mean_curve", "read_curve", "run_dir", "sweep", "value_at"]
 
@@ -113,7 +113,7 @@ def _run_one(workdir: pathlib.Path, run: Run) -> dict[str, Any]:
     record = _read_record(path)
     if record is not None:
         diffs = config_diff(record["config"], config)
-        fixed = [d for d in diffs if d not in RESUMABLE_CHANGES]
+        fixed = changes_to_another_run(record["config"], config)
         if fixed:
             raise RunError(
                 f"{workdir} holds a run with a different config ({', '.join(fixed[:5])}); "

@@ -12,6 +12,25 @@
   in a sub-run one level down) or a finished run's ``summary.json``. A directory without either
   holds nothing to resume, so a command that failed before its first checkpoint (a late config
   error) does not block the corrected command.
+* :func:`changes_to_another_run` says which differences between a held run's config and a new one
+  make the new one a different run: all but :data:`RESUMABLE_CHANGES`. The launcher
+  (:mod:`jaxlab.core.experiment`) and the sweeps (:mod:`jaxlab.core.sweep`) refuse on them alike.
+
+Which keys may change on resume, and why (:data:`RESUMABLE_CHANGES`):
+
+* ``train.steps`` — extending a finished run is common; the schedule keeps its original length
+  (see :mod:`jaxlab.core.loop`), and lowering it below the reached step is refused there.
+* ``train.learning_rate``, ``train.warmup_steps``, ``train.min_lr_ratio``, ``train.grad_clip`` —
+  what a user changes after a divergence (the loop's NaN error names them). They are not part of
+  the checkpointed state: the schedule is a function of the step and the optimizer state has the
+  same structure with or without clipping, so the resumed run continues from the checkpoint with the
+  new values; every checkpoint records the values it was trained with.
+* ``train.log_every``, ``train.eval_every``, ``train.checkpoint_every``, ``train.keep_checkpoints``,
+  ``train.tensorboard``, ``train.wandb``, ``train.wandb_project`` — when and where results are
+  written, not what is trained.
+
+Everything else (model, data, batch size, seed, optimizer moments, mesh, accumulation) defines what
+the checkpoints hold or how batches are drawn, and a change means a different run.
 """
 
 from __future__ import annotations
@@ -20,12 +39,37 @@ import contextlib
 import fcntl
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from jaxlab.core.config import config_diff
 from jaxlab.core.environment import process_index_hint
 from jaxlab.core.errors import ConfigError, RunError
 
-__all__ = ["holds_run", "prepare_workdir", "workdir_lock"]
+__all__ = [
+    "RESUMABLE_CHANGES",
+    "changes_to_another_run",
+    "holds_run",
+    "prepare_workdir",
+    "workdir_lock",
+]
+
+# Keys that may change between a run and its resumption without making it a different run (the
+# module docstring gives the reason for each).
+RESUMABLE_CHANGES = (
+    "train.steps",
+    "train.learning_rate",
+    "train.warmup_steps",
+    "train.min_lr_ratio",
+    "train.grad_clip",
+    "train.log_every",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.tensorboard",
+    "train.wandb",
+    "train.wandb_project",
+)
 
 # Locks this process holds: resolved lock path -> [file descriptor, depth].
 _HELD: dict[str, list[int]] = {}
@@ -108,3 +152,10 @@ def holds_run(workdir: str | os.PathLike) -> bool:
         if checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir()):
             return True
     return False
+
+
+def changes_to_another_run(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The dotted keys where config tree ``new`` differs from ``old`` (both as
+    :func:`jaxlab.core.config.to_dict` gives them, whole or under a ``"config"`` key) in a way that
+    makes it a different run: every difference but one in :data:`RESUMABLE_CHANGES`."""
+    return [d for d in config_diff(old, new) if d.removeprefix("config.") not in RESUMABLE_CHANGES]

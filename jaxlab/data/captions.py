@@ -73,14 +73,14 @@ class CaptionPairs(NamedTuple):
     primary object's class, colour index and position index; ``matched`` is False for noise."""
 
     images: UInt8[np.ndarray, "N 32 32 3"]
-    tokens: Int[np.ndarray, "N L"]
+    tokens: Int[np.ndarray, "N T"]
     labels: Int[np.ndarray, " N"]
     colours: Int[np.ndarray, " N"]
     positions: Int[np.ndarray, " N"]
     matched: np.ndarray
 
 
-def tokenize(captions: list[str]) -> Int[np.ndarray, "N L"]:
+def tokenize(captions: list[str]) -> Int[np.ndarray, "N T"]:
     """Word-level tokens (:data:`VOCAB`) ending in ``<eos>`` (the text tower's readout position,
     as CLIP's EOT token), padded with 0 to :data:`SEQ_LEN`."""
     out = np.zeros((len(captions), SEQ_LEN), np.int32)
@@ -229,7 +229,7 @@ def _drops(words: list[str], i: int, parts: dict) -> bool:
     return nxt in parts and not parts[nxt]
 
 
-def zero_shot_prompts(ensemble: bool = True) -> Int[np.ndarray, "C P L"]:
+def zero_shot_prompts(ensemble: bool = True) -> Int[np.ndarray, "L P T"]:
     """Tokens of every prompt for every class: ``(classes, prompts, SEQ_LEN)``.
 
     With ``ensemble`` (the default), CLIP's prompt ensembling (Radford et al. 2021, Sec. 3.1.4)
@@ -250,13 +250,13 @@ def zero_shot_prompts(ensemble: bool = True) -> Int[np.ndarray, "C P L"]:
 
 def zero_shot_accuracy(
     image_emb_ND: Float[np.ndarray, "N D"],
-    prompt_emb_CPD: Float[np.ndarray, "C P D"],
+    prompt_emb_LPD: Float[np.ndarray, "L P D"],
     labels_N: Int[np.ndarray, " N"],
 ) -> float:
     """CLIP zero-shot accuracy: each class embedding is the normalised mean over its templates."""
-    cls_CD = np.asarray(prompt_emb_CPD, np.float64).mean(1)
-    cls_CD /= np.linalg.norm(cls_CD, axis=1, keepdims=True)
-    pred = np.argmax(np.asarray(image_emb_ND, np.float64) @ cls_CD.T, axis=1)
+    cls_LD = np.asarray(prompt_emb_LPD, np.float64).mean(1)
+    cls_LD /= np.linalg.norm(cls_LD, axis=1, keepdims=True)
+    pred = np.argmax(np.asarray(image_emb_ND, np.float64) @ cls_LD.T, axis=1)
     return float(np.mean(pred == labels_N))
 
 

@@ -24,7 +24,14 @@ import re
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.shipped import asset_path
 
-__all__ = ["KJV_VALIDATION_BOOKS", "SPLITS", "load_documents", "load_kjv_books"]
+__all__ = [
+    "KJV_VALIDATION_BOOKS",
+    "SPLITS",
+    "clean_document",
+    "load_documents",
+    "load_kjv_books",
+    "read_text_file",
+]
 
 SPLITS = ("train", "validation", "all")
 
@@ -96,13 +103,16 @@ def _split_by_hash(docs: list[bytes], split: str, origin: str) -> list[bytes]:
     return chosen
 
 
-def _clean(doc: bytes) -> bytes:
-    # Byte 0 is reserved for BOS; dropping it keeps document boundaries unambiguous.
+def clean_document(doc: bytes) -> bytes:
+    """``doc`` without byte 0, which is reserved for BOS (so document boundaries stay
+    unambiguous); every source of documents passes its text through it."""
     return doc.replace(b"\x00", b"")
 
 
-def _from_file(path: pathlib.Path) -> list[bytes]:
-    docs = [_clean(d).strip(b"\r\n") for d in _DOC_SEPARATOR.split(path.read_bytes())]
+def read_text_file(path: pathlib.Path) -> list[bytes]:
+    """The cleaned, non-empty documents of one text file, where two or more empty lines
+    separate documents."""
+    docs = [clean_document(d).strip(b"\r\n") for d in _DOC_SEPARATOR.split(path.read_bytes())]
     return [d for d in docs if d]
 
 
@@ -110,7 +120,7 @@ def _from_directory(path: pathlib.Path) -> list[bytes]:
     files = sorted(path.glob("*.txt"))
     if not files:
         raise ConfigError(f"text directory {path} has no *.txt files")
-    docs = [_clean(f.read_bytes()) for f in files]
+    docs = [clean_document(f.read_bytes()) for f in files]
     return [d for d in docs if d]
 
 
@@ -126,7 +136,7 @@ def _from_hugging_face(spec: str, split: str) -> list[bytes]:
     ds = datasets.load_dataset(name, config or None, split=split)
     if "text" not in ds.column_names:
         raise ConfigError(f"dataset {name!r} has no 'text' column (columns: {ds.column_names})")
-    docs = [_clean(t.encode("utf-8")) for t in ds["text"]]
+    docs = [clean_document(t.encode("utf-8")) for t in ds["text"]]
     return [d for d in docs if d]
 
 
@@ -156,7 +166,7 @@ def load_documents(source: str = "kjv", split: str = "train") -> list[bytes]:
     if path.is_dir():
         return _split_by_hash(_from_directory(path), split, f"text directory {path}")
     if path.is_file():
-        return _split_by_hash(_from_file(path), split, f"text file {path}")
+        return _split_by_hash(read_text_file(path), split, f"text file {path}")
     raise ConfigError(
         f"unknown text source {source!r}: expected 'kjv', 'hf:NAME[:CONFIG]', or an existing "
         "text file or directory"

@@ -77,7 +77,7 @@ def _resize(image: np.ndarray, size: int) -> np.ndarray:
     return out[:size, :size]
 
 
-def to_optdigits(images: UInt8[np.ndarray, "N H W"]) -> Float[np.ndarray, "N 8 8"]:
+def to_optdigits(images: UInt8[np.ndarray, "N height width"]) -> Float[np.ndarray, "N 8 8"]:
     """Images in the UCI optdigits format: 8×8 counts of on-pixels in 4×4 blocks, scaled to [0, 1].
 
     Each image is cropped to the bounding box of its ink (pixels > 0), padded with background to a

@@ -100,7 +100,7 @@ def load_digits_8x8() -> tuple[Float[np.ndarray, "N 8 8"], Int[np.ndarray, " N"]
     return images, digits.target.astype(np.int32)
 
 
-def _to_float(images: Num[np.ndarray, "B H W"]) -> np.ndarray:
+def _to_float(images: Num[np.ndarray, "B height width"]) -> np.ndarray:
     # uint8 pixels are bytes; anything else is taken to be in [0, 1] already.
     if images.dtype == np.uint8:
         return images.astype(np.float32)[..., None] / np.float32(255.0)
@@ -108,7 +108,7 @@ def _to_float(images: Num[np.ndarray, "B H W"]) -> np.ndarray:
 
 
 def image_dataset(
-    images: Num[np.ndarray, "N H W"],
+    images: Num[np.ndarray, "N height width"],
     labels: Int[np.ndarray, " N"],
     *,
     batch_size: int,

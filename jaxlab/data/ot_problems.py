@@ -76,7 +76,7 @@ def synthetic_2(n: int, m: int | None = None, *, seed: int = 0) -> OTProblem:
     return OTProblem(cost / cost.max(), a / a.sum(), b / b.sum(), f"synthetic2_n{n}")
 
 
-def image_cost(side: int) -> Float[np.ndarray, "p p"]:
+def image_cost(side: int) -> Float[np.ndarray, "n m"]:
     """ℓ1 distance between the pixels of a ``side × side`` grid, normalised by its maximum."""
     ii, jj = np.meshgrid(np.arange(side), np.arange(side), indexing="ij")
     pts = np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.float64)

@@ -80,15 +80,15 @@ def shards_dir(source: str) -> pathlib.Path | None:
     return pathlib.Path(source[len(_PREFIX) :]).expanduser()
 
 
-def pack_rows(tokens_NW: Int[np.ndarray, "N W"], bos_id: int) -> dict[str, np.ndarray]:
+def pack_rows(tokens_NT: Int[np.ndarray, "N T1"], bos_id: int) -> dict[str, np.ndarray]:
     """Segment ids and positions of rows cut from a BOS-separated stream (see module docstring)."""
-    tokens_NW = np.asarray(tokens_NW, np.int32)
-    is_bos = tokens_NW == bos_id
+    tokens_NT = np.asarray(tokens_NT, np.int32)
+    is_bos = tokens_NT == bos_id
     seg = np.cumsum(is_bos, axis=1) + (1 - is_bos[:, :1])
-    col = np.arange(tokens_NW.shape[1], dtype=np.int32)
+    col = np.arange(tokens_NT.shape[1], dtype=np.int32)
     last_bos = np.maximum.accumulate(np.where(is_bos, col, 0), axis=1)
     return {
-        "tokens": tokens_NW,
+        "tokens": tokens_NT,
         "segment_ids": seg.astype(np.int32),
         "positions": (col - last_bos).astype(np.int32),
     }

@@ -25,7 +25,7 @@ import pathlib
 from collections.abc import Iterator
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.data.corpus import KJV_VALIDATION_BOOKS, _clean, _from_file, load_kjv_books
+from jaxlab.data.corpus import KJV_VALIDATION_BOOKS, clean_document, load_kjv_books, read_text_file
 
 __all__ = ["Unit", "document_stream", "is_validation", "plan_units", "split_documents"]
 
@@ -120,7 +120,7 @@ def _jsonl(path: str, text_field: str) -> Iterator[tuple[int, bytes]]:
             if not isinstance(text, str):
                 kind = "null" if text is None else type(text).__name__
                 raise ConfigError(f"{where}: field {text_field!r} is {kind}, not a string")
-            yield i, _clean(text.encode("utf-8"))
+            yield i, clean_document(text.encode("utf-8"))
 
 
 def document_stream(unit: Unit, text_field: str) -> Iterator[tuple[int, bytes, str | None]]:
@@ -130,11 +130,11 @@ def document_stream(unit: Unit, text_field: str) -> Iterator[tuple[int, bytes, s
             yield i, text, "validation" if name in KJV_VALIDATION_BOOKS else "train"
     elif unit.kind == "text":
         _text_bytes(unit.paths[0])
-        for i, doc in enumerate(_from_file(pathlib.Path(unit.paths[0]))):
+        for i, doc in enumerate(read_text_file(pathlib.Path(unit.paths[0]))):
             yield i, doc, None
     elif unit.kind == "files":
         for i, path in enumerate(unit.paths):
-            yield i, _clean(_text_bytes(path)), None
+            yield i, clean_document(_text_bytes(path)), None
     elif unit.kind == "jsonl":
         for i, doc in _jsonl(unit.paths[0], text_field):
             yield i, doc, None
@@ -148,7 +148,7 @@ def document_stream(unit: Unit, text_field: str) -> Iterator[tuple[int, bytes, s
             for j, text in enumerate(texts):
                 if not isinstance(text, str):
                     raise ConfigError(f"dataset {name!r} row {lo + j}: {text_field!r} is not text")
-                yield lo + j, _clean(text.encode("utf-8")), None
+                yield lo + j, clean_document(text.encode("utf-8")), None
 
 
 def is_validation(key: str, index: int, fraction: float) -> bool:

@@ -1,7 +1,7 @@
 """The one attention dispatch that every jaxlab model calls.
 
 ``dot_product_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale, impl)`` takes
-``(B, T, H, D)`` queries and ``(B, S, K, D)`` keys/values (``K`` divides ``H``: grouped-query and
+``(B, T, H, E)`` queries and ``(B, S, K, E)`` keys/values (``K`` divides ``H``: grouped-query and
 multi-query attention) and picks an implementation from :class:`AttentionImpl`:
 
 * ``xla`` — the reference: explicit logits in the accumulation dtype (:func:`accumulation_dtype`:
@@ -157,24 +157,24 @@ def check_qkv(
 
 
 def xla_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSKD: Float[Array, "B S K D"],
-    v_BSKD: Float[Array, "B S K D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSKE: Float[Array, "B S K E"],
+    v_BSKE: Float[Array, "B S K E"],
     *,
     causal: bool,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Reference attention: logits and softmax in :func:`accumulation_dtype` (float32 at least),
     output in v's dtype."""
-    B, T, H, D = q_BTHD.shape
-    acc = accumulation_dtype(q_BTHD, k_BSKD, v_BSKD)
-    S, K = k_BSKD.shape[1], k_BSKD.shape[2]
-    scale = D**-0.5 if scale is None else scale
-    q_BTKGD = q_BTHD.reshape(B, T, K, H // K, D)  # query heads grouped per kv head (GQA)
+    B, T, H, E = q_BTHE.shape
+    acc = accumulation_dtype(q_BTHE, k_BSKE, v_BSKE)
+    S, K = k_BSKE.shape[1], k_BSKE.shape[2]
+    scale = E**-0.5 if scale is None else scale
+    q_BTKGE = q_BTHE.reshape(B, T, K, H // K, E)  # query heads grouped per kv head (GQA)
     logits_BKGTS = (
-        jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD, preferred_element_type=acc) * scale
+        jnp.einsum("btkge,bske->bkgts", q_BTKGE, k_BSKE, preferred_element_type=acc) * scale
     )
     logits_BHTS = logits_BKGTS.reshape(B, H, T, S)
     q_pos, k_pos = jnp.arange(T)[:, None] + (S - T), jnp.arange(S)[None, :]
@@ -189,19 +189,19 @@ def xla_attention(
             raise ConfigError("attention: segment_ids need equal query and key lengths")
         mask &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     logits_BHTS = jnp.where(mask, logits_BHTS, _MASK_VALUE)
-    probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSKD.dtype)
+    probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSKE.dtype)
     probs_BKGTS = probs_BHTS.reshape(B, K, H // K, T, S)
-    out_BTKGD = jnp.einsum("bkgts,bskd->btkgd", probs_BKGTS, v_BSKD)
-    return out_BTKGD.reshape(B, T, H, D)
+    out_BTKGE = jnp.einsum("bkgts,bske->btkge", probs_BKGTS, v_BSKE)
+    return out_BTKGE.reshape(B, T, H, E)
 
 
-def _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg):
+def _chunk_logits(q_BKGTE, k_BCKE, start, seg_BT, seg_BC, slopes_KG, cfg):
     """Masked logits ``(B, K, G, T, C)`` of all queries against one key chunk; padding keys are
     masked and reported in ``valid_C`` so their probabilities can be zeroed."""
     causal, scale, offset, kv_len, _ = cfg
-    T, C = q_BKGTD.shape[3], k_BCKD.shape[1]
-    acc = accumulation_dtype(q_BKGTD, k_BCKD)
-    s = jnp.einsum("bkgtd,bckd->bkgtc", q_BKGTD, k_BCKD, preferred_element_type=acc)
+    T, C = q_BKGTE.shape[3], k_BCKE.shape[1]
+    acc = accumulation_dtype(q_BKGTE, k_BCKE)
+    s = jnp.einsum("bkgte,bcke->bkgtc", q_BKGTE, k_BCKE, preferred_element_type=acc)
     s = s * scale
     q_pos, k_pos = jnp.arange(T)[:, None] + offset, start + jnp.arange(C)[None, :]
     if slopes_KG is not None:
@@ -217,40 +217,40 @@ def _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg):
 
 def _chunked_layout(q, k, v, seg_BS, chunk):
     """Groups query heads by kv head and splits the keys into ``N`` chunks (scan axis first)."""
-    B, T, H, D = q.shape
+    B, T, H, E = q.shape
     S, K = k.shape[1], k.shape[2]
     n = S // chunk
-    q_BKGTD = q.reshape(B, T, K, H // K, D).transpose(0, 2, 3, 1, 4)
+    q_BKGTE = q.reshape(B, T, K, H // K, E).transpose(0, 2, 3, 1, 4)
     split = lambda x: x.reshape(B, n, chunk, *x.shape[2:]).swapaxes(0, 1)
     seg_NBC = None if seg_BS is None else split(seg_BS)
-    return q_BKGTD, (jnp.arange(n) * chunk, split(k), split(v), seg_NBC)
+    return q_BKGTE, (jnp.arange(n) * chunk, split(k), split(v), seg_NBC)
 
 
 def _chunked_forward(q, k, v, seg_BT, seg_BS, slopes, cfg):
-    B, T, H, D = q.shape
+    B, T, H, E = q.shape
     K = k.shape[2]
-    q_BKGTD, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
+    q_BKGTE, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
     slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
     acc_dtype = accumulation_dtype(q, k, v)
 
     def body(carry, x):  # FlashAttention-2 Alg. 1, one key chunk against all queries
         m, denom, acc = carry
-        start, k_BCKD, v_BCKD, seg_BC = x
-        s, valid_C = _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg)
+        start, k_BCKE, v_BCKE, seg_BC = x
+        s, valid_C = _chunk_logits(q_BKGTE, k_BCKE, start, seg_BT, seg_BC, slopes_KG, cfg)
         m_new = jnp.maximum(m, s.max(-1))
         p = jnp.where(valid_C, jnp.exp(s - m_new[..., None]), 0.0)
         correction = jnp.exp(m - m_new)
         pv = jnp.einsum(
-            "bkgtc,bckd->bkgtd", p.astype(v.dtype), v_BCKD, preferred_element_type=acc_dtype
+            "bkgtc,bcke->bkgte", p.astype(v.dtype), v_BCKE, preferred_element_type=acc_dtype
         )
         return (m_new, correction * denom + p.sum(-1), correction[..., None] * acc + pv), None
 
-    shape = q_BKGTD.shape[:-1]
+    shape = q_BKGTE.shape[:-1]
     init = (jnp.full(shape, -jnp.inf, acc_dtype), jnp.zeros(shape, acc_dtype),
-            jnp.zeros(q_BKGTD.shape, acc_dtype))  # fmt: skip
+            jnp.zeros(q_BKGTE.shape, acc_dtype))  # fmt: skip
     (m, denom, acc), _ = jax.lax.scan(body, init, xs)
-    o_BTHD = (acc / denom[..., None]).transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
-    return o_BTHD, m + jnp.log(denom)
+    o_BTHE = (acc / denom[..., None]).transpose(0, 3, 1, 2, 4).reshape(B, T, H, E).astype(q.dtype)
+    return o_BTHE, m + jnp.log(denom)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
@@ -263,50 +263,50 @@ def _chunked_fwd(q, k, v, seg_BT, seg_BS, slopes, cfg):
     return o, (q, k, v, seg_BT, seg_BS, slopes, o, lse)
 
 
-def _chunked_bwd(cfg, residuals, do_BTHD):
+def _chunked_bwd(cfg, residuals, do_BTHE):
     """FlashAttention-2 Alg. 2 chunk by chunk: dK, dV per chunk, dQ accumulated in the carry."""
     q, k, v, seg_BT, seg_BS, slopes, o, lse = residuals
-    B, T, H, D = q.shape
+    B, T, H, E = q.shape
     K, scale = k.shape[2], cfg[1]
-    q_BKGTD, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
+    q_BKGTE, xs = _chunked_layout(q, k, v, seg_BS, cfg[-1])
     slopes_KG = None if slopes is None else slopes.reshape(K, H // K)
     group = lambda x: x.reshape(B, T, K, H // K, -1).transpose(0, 2, 3, 1, 4)
-    do_BKGTD = group(do_BTHD)
+    do_BKGTE = group(do_BTHE)
     acc = accumulation_dtype(q, k, v)
-    delta = jnp.sum(group(o).astype(acc) * do_BKGTD.astype(acc), axis=-1)
+    delta = jnp.sum(group(o).astype(acc) * do_BKGTE.astype(acc), axis=-1)
     acc_kw = dict(preferred_element_type=acc)
 
     def body(dq, x):
-        start, k_BCKD, v_BCKD, seg_BC = x
-        s, valid_C = _chunk_logits(q_BKGTD, k_BCKD, start, seg_BT, seg_BC, slopes_KG, cfg)
+        start, k_BCKE, v_BCKE, seg_BC = x
+        s, valid_C = _chunk_logits(q_BKGTE, k_BCKE, start, seg_BT, seg_BC, slopes_KG, cfg)
         p = jnp.where(valid_C, jnp.exp(s - lse[..., None]), 0.0)
-        dv = jnp.einsum("bkgtc,bkgtd->bckd", p.astype(do_BKGTD.dtype), do_BKGTD, **acc_kw)
-        dp = jnp.einsum("bkgtd,bckd->bkgtc", do_BKGTD, v_BCKD, **acc_kw)
+        dv = jnp.einsum("bkgtc,bkgte->bcke", p.astype(do_BKGTE.dtype), do_BKGTE, **acc_kw)
+        dp = jnp.einsum("bkgte,bcke->bkgtc", do_BKGTE, v_BCKE, **acc_kw)
         ds = p * (dp - delta[..., None])
-        dk = jnp.einsum("bkgtc,bkgtd->bckd", ds.astype(q.dtype), q_BKGTD, **acc_kw) * scale
-        dq += jnp.einsum("bkgtc,bckd->bkgtd", ds.astype(k.dtype), k_BCKD, **acc_kw) * scale
+        dk = jnp.einsum("bkgtc,bkgte->bcke", ds.astype(q.dtype), q_BKGTE, **acc_kw) * scale
+        dq += jnp.einsum("bkgtc,bcke->bkgte", ds.astype(k.dtype), k_BCKE, **acc_kw) * scale
         return dq, (dk, dv)
 
-    dq, (dk_NBCKD, dv_NBCKD) = jax.lax.scan(body, jnp.zeros(q_BKGTD.shape, acc), xs)
+    dq, (dk_NBCKE, dv_NBCKE) = jax.lax.scan(body, jnp.zeros(q_BKGTE.shape, acc), xs)
     unsplit = lambda x, like: x.swapaxes(0, 1).reshape(like.shape).astype(like.dtype)
-    dq_BTHD = dq.transpose(0, 3, 1, 2, 4).reshape(B, T, H, D).astype(q.dtype)
-    return dq_BTHD, unsplit(dk_NBCKD, k), unsplit(dv_NBCKD, v), None, None, None
+    dq_BTHE = dq.transpose(0, 3, 1, 2, 4).reshape(B, T, H, E).astype(q.dtype)
+    return dq_BTHE, unsplit(dk_NBCKE, k), unsplit(dv_NBCKE, v), None, None, None
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
 def xla_chunked_attention(
-    q_BTHD: Float[Array, "B T H D"],
-    k_BSKD: Float[Array, "B S K D"],
-    v_BSKD: Float[Array, "B S K D"],
+    q_BTHE: Float[Array, "B T H E"],
+    k_BSKE: Float[Array, "B S K E"],
+    v_BSKE: Float[Array, "B S K E"],
     *,
     causal: bool,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
     chunk_size: int = CHUNK_SIZE,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Memory-efficient attention in plain XLA: keys in chunks of ``chunk_size`` (see module doc).
 
     Peak memory holds a few ``(B, H, T, chunk)`` blocks of logits, not ``(B, H, T, S)``; keys are
@@ -314,10 +314,10 @@ def xla_chunked_attention(
     An empty batch, query or key axis has nothing to chunk: the reference's (empty or zero)
     result, as :func:`jax.nn.dot_product_attention` gives.
     """
-    B, T, _, D = q_BTHD.shape
-    S = k_BSKD.shape[1]
+    B, T, _, E = q_BTHE.shape
+    S = k_BSKE.shape[1]
     if 0 in (B, T, S):
-        return xla_attention(q_BTHD, k_BSKD, v_BSKD, causal=causal, segment_ids=segment_ids,
+        return xla_attention(q_BTHE, k_BSKE, v_BSKE, causal=causal, segment_ids=segment_ids,
                              alibi_slopes=alibi_slopes, scale=scale)  # fmt: skip
     if segment_ids is not None and S != T:
         raise ConfigError("attention: segment_ids need equal query and key lengths")
@@ -327,8 +327,8 @@ def xla_chunked_attention(
     Sp = -(-S // chunk) * chunk
     pad = lambda x: jnp.pad(x, ((0, 0), (0, Sp - S)) + ((0, 0),) * (x.ndim - 2))
     seg_BS = None if segment_ids is None else pad(segment_ids)
-    cfg = (bool(causal), float(D**-0.5 if scale is None else scale), S - T, S, chunk)
-    return _chunked(q_BTHD, pad(k_BSKD), pad(v_BSKD), segment_ids, seg_BS, alibi_slopes, cfg)
+    cfg = (bool(causal), float(E**-0.5 if scale is None else scale), S - T, S, chunk)
+    return _chunked(q_BTHE, pad(k_BSKE), pad(v_BSKE), segment_ids, seg_BS, alibi_slopes, cfg)
 
 
 def _pallas_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale):
@@ -359,16 +359,16 @@ _IMPLS = {
 
 
 def dot_product_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B S K D"],
-    v: Float[Array, "B S K D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B S K E"],
+    v: Float[Array, "B S K E"],
     *,
     causal: bool,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     scale: float | None = None,
     impl: str | AttentionImpl = "auto",
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Scaled dot-product attention through the implementation ``impl`` (see the module doc).
 
     An empty batch, query or key axis gives the reference's result whatever ``impl`` (an empty

@@ -23,8 +23,8 @@ The authors pair the structured kinds with QK LayerNorm and µP logit scales (``
 kind keeps the host model's recipe so that a comparison changes the scoring only: by default no QK
 norm and ``1/sqrt`` scales, and the authors' recipe behind ``LMConfig.qk_norm`` and
 ``LMConfig.logit_scale="mup"`` (:func:`logit_scale`). The scale passed in is the model's ``mha``
-scale for the full head dim (``D^-1/2``, times an RMT's ``1/(layer + 1)``); the other kinds take
-its factor beyond ``D^-1/2`` (``scale * sqrt(D)``) and apply it to their own per-part scales. SWA
+scale for the full head dim (``E^-1/2``, times an RMT's ``1/(layer + 1)``); the other kinds take
+its factor beyond ``E^-1/2`` (``scale * sqrt(E)``) and apply it to their own per-part scales. SWA
 and GSWA are written as masked dense attention (``O(T^2)`` work, like the authors' default path):
 they are baselines of quality, not of speed.
 """
@@ -132,7 +132,7 @@ def _masked_softmax(q, k, scale, keep, slopes):
     """Causal-masked probabilities ``(B, H, T, S)`` in :func:`accumulation_dtype` (float32, or
     float64 for float64 inputs) with an extra ``keep`` mask."""
     acc = accumulation_dtype(q, k)
-    s = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=acc) * scale
+    s = jnp.einsum("bthe,bshe->bhts", q, k, preferred_element_type=acc) * scale
     T = q.shape[1]
     pos = jnp.arange(T)
     if slopes is not None:
@@ -151,33 +151,33 @@ def _keep(T, window, segment_ids):
 
 
 def sliding_window_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B T H E"],
+    v: Float[Array, "B T H E"],
     *,
     window: int,
     scale: float | None = None,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Causal attention in which query ``i`` sees keys ``i - window .. i`` only."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     p = _masked_softmax(q, k, scale, _keep(q.shape[1], window, segment_ids), alibi_slopes)
-    return jnp.einsum("bhts,bshd->bthd", p.astype(v.dtype), v)
+    return jnp.einsum("bhts,bshe->bthe", p.astype(v.dtype), v)
 
 
 def global_sliding_window_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B T H E"],
+    v: Float[Array, "B T H E"],
     *,
     window: int,
     logit_factor: float = 1.0,
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Global + SWA (the authors' GSWA): first-half channels over all causal pairs, second half
-    over the window, each soft-maxed at scale ``logit_factor / sqrt(D / 2)``, probabilities added.
+    over the window, each soft-maxed at scale ``logit_factor / sqrt(E / 2)``, probabilities added.
     """
     half = q.shape[-1] // 2
     scale = logit_factor / math.sqrt(half)
@@ -188,13 +188,13 @@ def global_sliding_window_attention(
     p_local = _masked_softmax(
         q[..., half:], k[..., half:], scale, _keep(T, window, segment_ids), alibi_slopes
     )
-    return jnp.einsum("bhts,bshd->bthd", (p_global + p_local).astype(v.dtype), v)
+    return jnp.einsum("bhts,bshe->bthe", (p_global + p_local).astype(v.dtype), v)
 
 
 def attend(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B S K D"],
-    v: Float[Array, "B S K D"],
+    q: Float[Array, "B T H E"],
+    k: Float[Array, "B S K E"],
+    v: Float[Array, "B S K E"],
     *,
     kind: str = "mha",
     scale: float,
@@ -205,7 +205,7 @@ def attend(
     ranks: Sequence[int] = (),
     normalize: str = "block_levels",
     seq_len: int | None = None,
-) -> Float[Array, "B T H D"]:
+) -> Float[Array, "B T H E"]:
     """Causal self-attention of the given kind (see the module docstring); ``scale`` is the
     model's ``mha`` logit scale, ``impl`` the :class:`~jaxlab.nn.attention.AttentionImpl` of
     ``mha`` and ``mlr`` (``"pallas"``/``"auto"`` reach the Pallas MLR kernel; SWA and GSWA run
@@ -214,7 +214,7 @@ def attend(
     masks = dict(segment_ids=segment_ids, alibi_slopes=alibi_slopes)
     if kind == AttentionKind.MHA:
         return dot_product_attention(q, k, v, causal=True, scale=scale, impl=impl, **masks)
-    factor = scale * math.sqrt(q.shape[-1])  # the model's factor beyond 1/sqrt(D)
+    factor = scale * math.sqrt(q.shape[-1])  # the model's factor beyond 1/sqrt(E)
     if kind == AttentionKind.SWA:
         return sliding_window_attention(q, k, v, window=window, scale=scale, **masks)
     if kind == AttentionKind.GSWA:
@@ -264,15 +264,15 @@ def attention_mix_flops(
     with the keys of the full context, i.e. as the row's last query (``P = T`` for MHA:
     ``4 T d`` per head), which is what a dense masked program computes for MHA.
     """
-    T, H, D = seq_len, num_heads, head_dim
+    T, H, E = seq_len, num_heads, head_dim
     full = _mean_keys(T, None, causal)
     if kind == "mha":
-        qk = 2 * full * D
+        qk = 2 * full * E
     elif kind == "swa":
         local = _mean_keys(T, window, causal)
-        return H * 4 * local * D
+        return H * 4 * local * E
     elif kind == "gswa":
-        qk = 2 * full * D / 2 + 2 * _mean_keys(T, window, causal) * D / 2
+        qk = 2 * full * E / 2 + 2 * _mean_keys(T, window, causal) * E / 2
     elif kind == "mlr":
         count = mlr_covering_levels(T, len(ranks))
         if causal:  # pairs covered by level l: covering count > l, below the diagonal
@@ -282,4 +282,4 @@ def attention_mix_flops(
             qk = 2 * sum(r * int((count[-1] > lv).sum()) for lv, r in enumerate(ranks))
     else:
         raise ValueError(f"unknown attention kind {kind!r}")
-    return H * (qk + 2 * full * D)
+    return H * (qk + 2 * full * E)

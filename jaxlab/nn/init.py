@@ -1,7 +1,7 @@
 """Initialisation rules shared by jaxlab's language models: one rule, applied to every matrix.
 
 A comparison of two architectures should initialise both by the same rule, so the rule is a field
-of :class:`~jaxlab.nn.lm_config.LMConfig` (``init``) and every model asks this module for the
+of :class:`~jaxlab.lm.config.LMConfig` (``init``) and every model asks this module for the
 standard deviation of each matrix from its fan-in and its role. Three rules:
 
 * ``"gpt2"`` — every matrix N(0, 0.02²) (Radford et al. 2019);

@@ -38,7 +38,7 @@ class LinearMap(nnx.Module):
 
     A kind is added by one :class:`~jaxlab.nn.linear.LinearKind` member, one subclass and one
     :data:`~jaxlab.nn.linear.LINEAR_KINDS` entry (plus :class:`~jaxlab.nn.linear.LinearSpec` /
-    :class:`~jaxlab.nn.lm_config.LMConfig` fields for new options). A subclass takes
+    :class:`~jaxlab.lm.config.LMConfig` fields for new options). A subclass takes
     ``(d_in, d_out, *, std, axes, dtype, param_dtype, rngs, **options)``, sets ``d_in``,
     ``d_out`` and ``dtype`` (the compute dtype) and implements :meth:`options`, :meth:`validate`,
     :meth:`product` and :meth:`dense_matrix`; the dense kind overrides ``__call__`` to fuse the

@@ -2,7 +2,7 @@
 
 Kuang, Amsel, Lotfi, Qiu, Potapczynski & Wilson, "Customizing the Inductive Biases of Softmax
 Attention using Structured Matrices", ICML 2025, Sec. 4 (MLR attention for language modelling).
-The head channels ``D = sum_l r_l`` split into level groups, level 0 first. Level ``l`` splits the
+The head channels ``M = sum_l r_l`` split into level groups, level 0 first. Level ``l`` splits the
 sequence into ``2^l`` contiguous blocks of length ``T / 2^l`` and scores only pairs in the same
 block, with its own ``r_l`` channels and logit scale ``1/r_l`` (the paper's and the authors' code's
 ``1/r_l``, not ``1/sqrt(r_l)``). The logit of a pair is the sum over the levels that cover it,
@@ -140,8 +140,8 @@ def _pick(x, *, n: int, last: bool, causal: bool, side: str):
     return x.reshape(x.shape[0], -1, *x.shape[3:])
 
 
-# Logits per (batch row, head) that one step of a region computes: a region runs this many // (n K)
-# query rows of its n blocks at a time against all their K keys, so a step's logits stay in cache
+# Logits per (batch row, head) that one step of a region computes: a region runs this many // (n S)
+# query rows of its n blocks at a time against all their S keys, so a step's logits stay in cache
 # (256 Ki: 128 rows of the 2048 keys of every region at T = 4096). See :func:`_blockwise`.
 REGION_TILE = 2**18
 
@@ -155,10 +155,10 @@ def _pad_axis(x, axis: int, amount: int, value):
 
 
 class _Region:
-    """One region of the blockwise form, head-major: ``n`` blocks of ``Q`` queries against ``K``
+    """One region of the blockwise form, head-major: ``n`` blocks of ``Q`` queries against ``S``
     keys, run ``rows`` queries of every block at a time (``Q`` padded to a multiple of it).
 
-    ``pick_q`` / ``pick_k`` map ``(B, T, ...)`` arrays to the ``(B, n, Q | K, ...)`` views the
+    ``pick_q`` / ``pick_k`` map ``(B, T, ...)`` arrays to the ``(B, n, Q | S, ...)`` views the
     region sees (:func:`_pick`); their linear transposes carry gradients back."""
 
     def __init__(self, c, L, T, periods, causal, tile, segment_ids, slopes):
@@ -167,9 +167,9 @@ class _Region:
         self.pick_q = functools.partial(_pick, n=n, last=self.last, causal=causal, side="q")
         self.pick_k = functools.partial(_pick, n=n, last=self.last, causal=causal, side="k")
         pos = jnp.arange(T)[None]
-        q_pos, self.k_pos = self.pick_q(pos)[0], self.pick_k(pos)[0]  # (n, Q), (n, K)
-        self.Q, self.K = q_pos.shape[1], self.k_pos.shape[1]
-        self.rows = max(1, min(self.Q, tile // (n * self.K)))
+        q_pos, self.k_pos = self.pick_q(pos)[0], self.pick_k(pos)[0]  # (n, Q), (n, S)
+        self.Q, self.S = q_pos.shape[1], self.k_pos.shape[1]
+        self.rows = max(1, min(self.Q, tile // (n * self.S)))
         self.steps = -(-self.Q // self.rows)
         self.pad = self.steps * self.rows - self.Q
         self.q_pos = _pad_axis(q_pos, 1, self.pad, 0)
@@ -190,9 +190,9 @@ class _Region:
         x = x.reshape(*x.shape[:3], self.steps, self.rows, *x.shape[4:])
         return jnp.moveaxis(x, 3, 0)
 
-    def keys(self, x_BNKH):
-        """``(B, n, K, H, ...)`` -> ``(B, n, H, K, ...)``."""
-        return jnp.moveaxis(x_BNKH, 3, 2)
+    def keys(self, x_BNSH):
+        """``(B, n, S, H, ...)`` -> ``(B, n, H, S, ...)``."""
+        return jnp.moveaxis(x_BNSH, 3, 2)
 
     def unqueries(self, x):
         """Inverse of :meth:`queries` for ``(steps, B, n, H, rows, ...)``, padding dropped."""
@@ -202,10 +202,10 @@ class _Region:
 
     def masks(self, q_pos, seg_q, acc, keys_first=False):
         """``keep`` (or None) and ALiBi ``bias`` (or None) of one step's queries (positions
-        ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, K)``, or to
-        ``(B, n, H, K, rows)`` with ``keys_first``; the bias in ``acc``."""
+        ``(n, rows)``) against the region's keys, broadcastable to ``(B, n, H, rows, S)``, or to
+        ``(B, n, H, S, rows)`` with ``keys_first``; the bias in ``acc``."""
 
-        def pair(x_q, x_k):  # (..., n, rows) and (..., n, K) -> broadcastable (..., n, 1, ., .)
+        def pair(x_q, x_k):  # (..., n, rows) and (..., n, S) -> broadcastable (..., n, 1, ., .)
             if keys_first:
                 x_q, x_k = x_q[..., None, None, :], x_k[..., None, :, None]
             else:
@@ -228,7 +228,7 @@ class _Region:
 
 
 def _step_logits(region, q_t, k, q_pos, seg_q, keys_first=False):
-    """Masked logits ``(B, n, H, rows, K)`` of one step's queries (``(B, n, H, K, rows)`` with
+    """Masked logits ``(B, n, H, rows, S)`` of one step's queries (``(B, n, H, S, rows)`` with
     ``keys_first``) and their ``keep`` mask."""
     spec = "bnhkw,bnhqw->bnhkq" if keys_first else "bnhqw,bnhkw->bnhqk"
     a, b = (k, q_t) if keys_first else (q_t, k)
@@ -251,7 +251,7 @@ def _step_inputs(region):
 def _region_forward(region, q_c, k_w, v):
     """Partial softmax of one region: max ``m``, sum ``z`` and unnormalised output ``o`` of each
     query over the region's keys only, as ``(B, n, Q, H)``, ``(B, n, Q, H)``, ``(B, n, Q, H,
-    Dv)``; ``rows`` queries of every block per step of a ``lax.map``."""
+    E)``; ``rows`` queries of every block per step of a ``lax.map``."""
     r = region
     k, v = r.keys(r.pick_k(k_w)), r.keys(r.pick_k(v))
     q_pos, seg_q = _step_inputs(r)
@@ -283,7 +283,7 @@ def _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
 
 
 def _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile):
-    """Output ``(B, T, H, Dv)`` and log-sum-exp ``(B, T, H)`` of the blockwise form."""
+    """Output ``(B, T, H, E)`` and log-sum-exp ``(B, T, H)`` of the blockwise form."""
     B, T, H, _ = k.shape
     merged = []  # (m, z, o) over the whole sequence, one per region
     for q_c, r in _regions(q_regions, k, segment_ids, slopes, causal, periods, tile):
@@ -304,12 +304,12 @@ def _blockwise(q_regions, k, v, segment_ids, slopes, causal, periods=1, tile=REG
     """Attention whose pairs of finest covering level ``c`` are scored by ``q_regions[c]`` (the
     pre-scaled first ``w_c`` query channels) against the first ``w_c`` key channels; see the module
     docstring. ``periods`` level-0 blocks tile the sequence (pairs in different ones are not
-    scored). Each region runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks at a time
-    against all their ``K`` keys (a softmax per step, no carry), and the regions merge by their
+    scored). Each region runs ``max(1, tile // (n S))`` query rows of its ``n`` blocks at a time
+    against all their ``S`` keys (a softmax per step, no carry), and the regions merge by their
     log-sum-exp, so the logits held at once are about ``tile`` per head, not a region's. The
     backward pass is FlashAttention-2's Alg. 2 (Dao 2023) per region, recomputing each step's
     probabilities from the saved log-sum-exp.
-    Returns ``(B, T, H, Dv)``."""
+    Returns ``(B, T, H, E)``."""
     return _blockwise_forward(q_regions, k, v, segment_ids, slopes, causal, periods, tile)[0]
 
 
@@ -329,7 +329,7 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
     # CPU runs that form on a slow path whose time hardly falls with the width w. As
     # dQ^T = K^T dS^T with K^T built once per region (outside the scan) it is a plain product
     # whose time scales with w (mlr_attention_bench's timed-products breakdown).
-    k_t = jnp.swapaxes(k, -1, -2)  # (B, n, H, w, K)
+    k_t = jnp.swapaxes(k, -1, -2)  # (B, n, H, w, S)
     q_pos, seg_q = _step_inputs(r)
     acc = accumulation_dtype(q_c, k_w, v)
     acc_kw = dict(preferred_element_type=acc)
@@ -339,7 +339,7 @@ def _region_backward(region, q_c, k_w, v, do, lse, delta):
         q_t, do_t, lse_t, delta_t, pos, seg = xs
         # keys first: every product below contracts the last axis of its first operand (dQ
         # through K^T, above); XLA CPU sends products contracting a leading axis to a slower path
-        s_t, keep = _step_logits(r, q_t, k, pos, seg, keys_first=True)  # (B, n, H, K, rows)
+        s_t, keep = _step_logits(r, q_t, k, pos, seg, keys_first=True)  # (B, n, H, S, rows)
         p_t = jnp.exp(s_t - lse_t[..., None, :])
         if keep is not None:
             p_t = jnp.where(keep, p_t, 0.0)
@@ -391,9 +391,9 @@ def mlr_region_queries(q, ranks, normalize=None, logit_scale: float = 1.0):
 
 
 def mlr_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     *,
     ranks: Sequence[int],
     causal: bool = True,
@@ -404,11 +404,11 @@ def mlr_attention(
     block_len: int | None = None,
     impl: str | AttentionImpl = "auto",
     tile: int = REGION_TILE,
-) -> Float[Array, "B T H Dv"]:
+) -> Float[Array, "B T H E"]:
     """MLR attention (Kuang et al. 2025, Sec. 4), blockwise (see the module docstring).
 
     Args:
-      q, k: queries and keys, ``D = sum(ranks)`` channels per head, level 0 (global) first.
+      q, k: queries and keys, ``M = sum(ranks)`` channels per head, level 0 (global) first.
       v: values (any head dim).
       ranks: ``r_l`` per level; ``2^(L-1)`` must divide ``T``.
       causal: keys at positions ``<=`` the query's only.
@@ -427,15 +427,15 @@ def mlr_attention(
         :func:`~jaxlab.nn.pallas_switch.pallas_ready` says so and its tiles fit the finest block
         (else the blockwise XLA path), any other the blockwise XLA path.
       tile: logits per (row, head) that one step of the blockwise XLA path computes: each region
-        runs ``max(1, tile // (n K))`` query rows of its ``n`` blocks of ``K`` keys at a time
+        runs ``max(1, tile // (n S))`` query rows of its ``n`` blocks of ``S`` keys at a time
         (results do not depend on it).
 
     Returns:
-      ``(B, T, H, Dv)`` in v's dtype; for ``B = 0`` or ``T = 0`` the empty array of that shape.
+      ``(B, T, H, E)`` in v's dtype; for ``B = 0`` or ``T = 0`` the empty array of that shape.
 
     Raises:
-      ConfigError: ranks that do not fit D or ``block_len``, a non-causal input of another
-        length, shapes that do not match (an unbatched ``(T, H, D)`` input included), an unknown
+      ConfigError: ranks that do not fit M or ``block_len``, a non-causal input of another
+        length, shapes that do not match (an unbatched ``(T, H, M)`` input included), an unknown
         ``impl``, or ``impl="pallas"`` with shapes the kernel cannot tile.
     """
     check_qkv(q, k, v, owner="mlr_attention", segment_ids=segment_ids, alibi_slopes=alibi_slopes,
@@ -480,17 +480,17 @@ def mlr_attention(
 
 
 def blockwise_full_attention(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     *,
     num_levels: int,
     causal: bool = True,
     scale: float | None = None,
     tile: int = REGION_TILE,
-) -> Float[Array, "B T H Dv"]:
+) -> Float[Array, "B T H E"]:
     """Standard softmax attention through the same region decomposition as :func:`mlr_attention`
-    (every region contracts all D channels): the like-for-like baseline of the benchmark, and a
+    (every region contracts all M channels): the like-for-like baseline of the benchmark, and a
     check of the merge (it equals plain attention)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q_s = (q.astype(accumulation_dtype(q)) * scale).astype(q.dtype)
@@ -504,9 +504,9 @@ def _check_tile(tile) -> None:
 
 
 def mlr_attention_reference(
-    q: Float[Array, "B T H D"],
-    k: Float[Array, "B T H D"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     *,
     ranks: Sequence[int],
     causal: bool = True,
@@ -514,7 +514,7 @@ def mlr_attention_reference(
     segment_ids: Int[Array, "B T"] | None = None,
     alibi_slopes: Float[Array, " H"] | None = None,
     logit_scale: float = 1.0,
-) -> Float[Array, "B T H Dv"]:
+) -> Float[Array, "B T H E"]:
     """The dense construction (as the authors' code builds it): one masked ``T x T`` logit matrix
     per level, summed, normalised, masked and soft-maxed. ``O(L T^2)``; the oracle of the tests."""
     check_qkv(q, k, v, owner="mlr_attention", segment_ids=segment_ids, alibi_slopes=alibi_slopes,
@@ -530,7 +530,7 @@ def mlr_attention_reference(
         block = T // 2**level
         same = (pos[:, None] // block) == (pos[None, :] // block)
         q_l, k_l = q[..., start : start + r], k[..., start : start + r]
-        s_l = jnp.einsum("bthd,bshd->bhts", q_l, k_l, preferred_element_type=acc) / r
+        s_l = jnp.einsum("bthm,bshm->bhts", q_l, k_l, preferred_element_type=acc) / r
         s, count, start = s + jnp.where(same, s_l, 0.0), count + same, start + r
     if normalize == "levels":
         s = s / L
@@ -545,4 +545,4 @@ def mlr_attention_reference(
     if segment_ids is not None:
         keep &= (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
     p = jax.nn.softmax(jnp.where(keep, s, _MASK_VALUE), axis=-1)
-    return jnp.einsum("bhts,bshd->bthd", p.astype(v.dtype), v).astype(v.dtype)
+    return jnp.einsum("bhts,bshe->bthe", p.astype(v.dtype), v).astype(v.dtype)

@@ -36,8 +36,8 @@ class Frozen(nnx.Variable):
 
 
 def thin_svd(
-    m: Float[Array, "m n"],
-) -> tuple[Float[Array, "m k"], Float[Array, " k"], Float[Array, "n k"]]:
+    m: Float[Array, "d_in d_out"],
+) -> tuple[Float[Array, "d_in k"], Float[Array, " k"], Float[Array, "d_out k"]]:
     """``(U, s, V)`` with ``m = U diag(s) Vᵀ``, ``s`` descending, computed in float32."""
     u, s, vt = jnp.linalg.svd(m.astype(jnp.float32), full_matrices=False)
     return u, s, vt.T

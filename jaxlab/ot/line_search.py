@@ -1,7 +1,7 @@
 """Strong-Wolfe line search of Moré & Thuente (1994), as a ``lax.while_loop``.
 
 SPLR (Wang & Qiu, ICML 2025, Algorithm 1, step 4) and the L-BFGS baseline pick the step ``t`` along
-``d`` by this search: find ``t`` with
+``d`` by this search: find ``t`` with::
 
     φ(t) ≤ φ(0) + c₁ t φ'(0)      and      |φ'(t)| ≤ c₂ |φ'(0)|,          φ(t) = f(x + t d).
 

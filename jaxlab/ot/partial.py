@@ -30,7 +30,7 @@ Both return a :class:`PartialOTOutput` in the inputs' dtype (at least float32; t
 differentiating the loss), so ``cost`` = ``⟨stop_gradient(π), M⟩`` has gradient ``π`` with respect
 to ``M``: the envelope-theorem gradient of the exact value. Differentiating with respect to ``a``,
 ``b``, ``mass`` or ``epsilon`` raises a one-line ConfigError instead of a silent zero. An
-unconverged solve warns, raises or stays silent as ``unconverged`` asks (:mod:`.output`).
+unconverged solve warns, raises or stays silent as ``unconverged`` asks (:mod:`jaxlab.ot.output`).
 """
 
 from __future__ import annotations

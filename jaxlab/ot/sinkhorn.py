@@ -60,6 +60,24 @@ def sinkhorn(
 
     Raises:
       ConfigError: on concrete bad input (:func:`~jaxlab.ot.problem.check_solver_call`).
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxlab.ot import sinkhorn, to_output
+      >>> cost = np.random.default_rng(0).random((5, 4)).astype(np.float32)
+      >>> a, b = np.full(5, 1 / 5, np.float32), np.full(4, 1 / 4, np.float32)
+      >>> raw = sinkhorn(cost, a, b, 0.1)
+      >>> bool(raw.converged)
+      True
+      >>> out = to_output(raw, cost, 0.1, seconds=0.0)  # the plan and the potentials
+      >>> bool(np.allclose(out.matrix.sum(axis=1), a, atol=1e-4))
+      True
+
+      A neighbouring problem, warm-started from these potentials, needs fewer iterations:
+
+      >>> warm = sinkhorn(cost, a, b, 0.12, init=out.potentials)
+      >>> int(warm.n_iter) < int(sinkhorn(cost, a, b, 0.12).n_iter)
+      True
     """
     tol = check_solver_call(a, b, cost, epsilon, init, tol=tol, max_iter=max_iter)
     log_a, log_b = jnp.log(a), jnp.log(b)

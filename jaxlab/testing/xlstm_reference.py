@@ -136,13 +136,13 @@ def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def _multihead_layer_norm(h_BSHD: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+def _multihead_layer_norm(h_BTHE: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Each head's channels centred and scaled by their biased variance, heads concatenated, then
     the weight (their ``MultiHeadLayerNorm``, no bias; paper Sec. 3.1)."""
-    centred = h_BSHD - h_BSHD.mean(axis=-1, keepdims=True)
+    centred = h_BTHE - h_BTHE.mean(axis=-1, keepdims=True)
     normed = centred / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + eps)
-    B, S = h_BSHD.shape[:2]
-    return normed.reshape(B, S, -1) * weight
+    B, T = h_BTHE.shape[:2]
+    return normed.reshape(B, T, -1) * weight
 
 
 def _linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -155,7 +155,7 @@ def mlstm_recurrence(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, i: np.ndarray, f: np.ndarray,
     state: State | None = None, eps: float = 1e-6,
 ) -> tuple[np.ndarray, State]:  # fmt: skip
-    """The mLSTM cell, one token at a time (7B paper Sec. 2; the authors' recurrent step):
+    """The mLSTM cell, one token at a time (7B paper Sec. 2; the authors' recurrent step)::
 
         m_t = max(log sigmoid(f_t) + m_{t-1}, i_t)
         C_t = exp(log sigmoid(f_t) + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_t^T
@@ -192,32 +192,32 @@ def mlstm_recurrence(
     return h, (C, n, m)
 
 
-def _mlstm_layer(w, prefix, x_BSE, cfg: ReferenceConfig, state):
+def _mlstm_layer(w, prefix, x_BTD, cfg: ReferenceConfig, state):
     """The authors' ``mLSTMLayer.forward`` (``weight_mode="single"``; paper Sec. 3.1)."""
-    B, S, _ = x_BSE.shape
+    B, T, _ = x_BTD.shape
     NH = cfg.num_heads
 
-    def heads(y):  # (B, S, NH*D) -> (B, NH, S, D)
-        return y.reshape(B, S, NH, -1).transpose(0, 2, 1, 3)
+    def heads(y):  # (B, T, NH*E) -> (B, NH, T, E)
+        return y.reshape(B, T, NH, -1).transpose(0, 2, 1, 3)
 
-    q, k, v = (heads(_linear(x_BSE, w[prefix + name + ".weight"])) for name in "qkv")
-    o_pre = _linear(x_BSE, w[prefix + "ogate_preact.weight"])
+    q, k, v = (heads(_linear(x_BTD, w[prefix + name + ".weight"])) for name in "qkv")
+    o_pre = _linear(x_BTD, w[prefix + "ogate_preact.weight"])
     # Per-head scalar gates with biases, soft-capped at 15 (paper Sec. 3.2), as (B, NH, S).
     i_pre, f_pre = (
-        _soft_cap(_linear(x_BSE, w[f"{prefix}{g}gate_preact.weight"],
+        _soft_cap(_linear(x_BTD, w[f"{prefix}{g}gate_preact.weight"],
                           w[f"{prefix}{g}gate_preact.bias"]), cfg.gate_soft_cap).transpose(0, 2, 1)
         for g in "if"
     )  # fmt: skip
-    h_BHSD, state = mlstm_recurrence(q, k, v, i_pre, f_pre, state, cfg.eps)
+    h_BHTE, state = mlstm_recurrence(q, k, v, i_pre, f_pre, state, cfg.eps)
     h = _multihead_layer_norm(
-        h_BHSD.transpose(0, 2, 1, 3), w[prefix + "multihead_norm.weight"], cfg.norm_eps
+        h_BHTE.transpose(0, 2, 1, 3), w[prefix + "multihead_norm.weight"], cfg.norm_eps
     )
     sigmoid_o = 1.0 / (1.0 + np.exp(-o_pre))
     return _linear(sigmoid_o * h, w[prefix + "out_proj.weight"]), state
 
 
 def block_forward(
-    weights: Mapping[str, np.ndarray], n: int, x_BSE: np.ndarray, cfg: ReferenceConfig,
+    weights: Mapping[str, np.ndarray], n: int, x_BTD: np.ndarray, cfg: ReferenceConfig,
     state: State | None = None,
 ) -> tuple[np.ndarray, State]:  # fmt: skip
     """Block ``n`` (the authors' ``mLSTMBlock``; paper Sec. 3, Fig. 1): the pre-RMSNorm, the
@@ -225,27 +225,27 @@ def block_forward(
     x) * proj_up x)`` and the residual. Returns the block's output and its cell state."""
     b = f"backbone.blocks.{n}."
     y, state = _mlstm_layer(
-        weights, b + "mlstm_layer.", _rms_norm(x_BSE, weights[b + "norm_mlstm.weight"],
+        weights, b + "mlstm_layer.", _rms_norm(x_BTD, weights[b + "norm_mlstm.weight"],
                                                cfg.norm_eps), cfg, state,
     )  # fmt: skip
-    x_BSE = x_BSE + y
-    z = _rms_norm(x_BSE, weights[b + "norm_ffn.weight"], cfg.norm_eps)
+    x_BTD = x_BTD + y
+    z = _rms_norm(x_BTD, weights[b + "norm_ffn.weight"], cfg.norm_eps)
     gate = _linear(z, weights[b + "ffn.proj_up_gate.weight"])
     silu = gate / (1.0 + np.exp(-gate))
     up = _linear(z, weights[b + "ffn.proj_up.weight"])
-    return x_BSE + _linear(silu * up, weights[b + "ffn.proj_down.weight"]), state
+    return x_BTD + _linear(silu * up, weights[b + "ffn.proj_down.weight"]), state
 
 
 def model_forward(
-    weights: Mapping[str, np.ndarray], tokens_BS: np.ndarray, cfg: ReferenceConfig,
+    weights: Mapping[str, np.ndarray], tokens_BT: np.ndarray, cfg: ReferenceConfig,
     states: list[State] | None = None,
 ) -> tuple[np.ndarray, list[State]]:  # fmt: skip
     """The authors' ``xLSTMLarge.forward``: embedding, the blocks, the output RMSNorm, the untied
     ``lm_head`` and the logit soft-cap at 30. ``states`` (one per block) continues a sequence, so
-    one token with the states of a prefix is a decode step. Returns float64 logits ``(B, S, V)``
+    one token with the states of a prefix is a decode step. Returns float64 logits ``(B, T, V)``
     and the blocks' states after the last token."""
     w = {name: np.asarray(x, np.float64) for name, x in weights.items()}
-    x = w["embedding.weight"][np.asarray(tokens_BS)]
+    x = w["embedding.weight"][np.asarray(tokens_BT)]
     states = list(states) if states is not None else [None] * cfg.num_blocks
     for n in range(cfg.num_blocks):
         x, states[n] = block_forward(w, n, x, cfg, states[n])

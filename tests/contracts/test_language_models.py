@@ -1,15 +1,16 @@
 """Contract tests every language model passes; a new model joins by adding one line to ``MODELS``.
 
 Each entry is a model class (built as ``cls(cfg, rngs=...)``, called as ``model(tokens,
-segment_ids=, positions=)``) and a tiny config (an :class:`jaxlab.nn.lm_config.LMConfig`). The
+segment_ids=, positions=)``) and a tiny config (an :class:`jaxlab.lm.config.LMConfig`). The
 contract: logits of the right shape and dtype; causality; document masking; the parameter count of
 ``nnx.eval_shape`` equals the built model's; the config's ``flops_per_token()`` counts the matrix
 products of the lowered forward pass; the sharded train step on a (2, 4) data x fsdp mesh and
 a (2, 2, 2) data x fsdp x tensor mesh gives the single-device losses; the train step lowers and
 compiles for a simulated 64-device mesh; structured linear maps (``linear=low_rank``, ``btt``,
-``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.nn.generate`): prefill
+``mlr``) reach the model and train; generation where supported (:mod:`jaxlab.lm.generate`): prefill
 plus one cached step per true token gives the full forward's logits, for prompt lengths on and off
-the xLSTM's chunk grid.
+the xLSTM's chunk grid; every model is a :class:`~jaxlab.lm.model.LanguageModel` whose chunked
+loss (``LMTask(loss_chunk>0)``) equals the plain one.
 """
 
 import dataclasses
@@ -32,13 +33,14 @@ from jaxlab.core.flops import dot_flops
 from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import MeshConfig
 from jaxlab.core.metrics import read_metrics
+from jaxlab.lm.generate import supports_generation, teacher_forced_logits
+from jaxlab.lm.model import LanguageModel
+from jaxlab.lm.task import LMTask, compile_lm_train_step, cross_entropy
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.nn import pallas_switch
-from jaxlab.nn.generate import supports_generation, teacher_forced_logits
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.lm_task import LMTask, compile_lm_train_step, cross_entropy
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 T = 16  # every tiny config's seq_len
 MODELS = {  # name: (model class, tiny config)
@@ -105,6 +107,36 @@ def test_document_mask_isolates_documents(forward):
     # Learned positions are absolute, and the second document's are the same in both rows.
     np.testing.assert_allclose(a[0, 7:], b[0, 7:], atol=1e-5)
     assert not np.allclose(a[0, :7], b[0, :7])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_chunked_loss_equals_the_plain_loss(name):
+    """Every model is a LanguageModel (hidden states, then a head), so ``LMTask(loss_chunk>0)``
+    trains it: the chunked loss, its z-loss and its gradient equal the plain loss's over the full
+    logits (a chunk of 6 is off the row's grid of 16)."""
+    model = build(name)(nnx.Rngs(0))
+    assert isinstance(model, LanguageModel)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 256, (2, T + 1))
+    batch = {
+        "inputs": jnp.asarray(tokens[:, :-1]),
+        "targets": jnp.asarray(tokens[:, 1:]),
+        "segment_ids": jnp.asarray([[1] * 7 + [2] * (T - 7), [1] * T]),
+        "positions": jnp.asarray(np.tile(np.arange(T), (2, 1))),
+    }
+    results = []
+    for chunk in (0, 6):
+        task = LMTask(build=lambda r: model, seq_len=T, z_loss=1e-3, loss_chunk=chunk)
+        task.build_model(nnx.Rngs(0))  # the check of the model's methods
+        grad = nnx.value_and_grad(lambda m, t=task: t.loss(m, batch), has_aux=True)
+        (loss, metrics), grads = grad(model)
+        results.append((loss, metrics["z_loss"], nnx.to_pure_dict(grads)))
+    (loss0, z0, g0), (loss1, z1, g1) = results
+    # float32 sums in another order: a few ulps of the loss, not bitwise
+    np.testing.assert_allclose(loss1, loss0, rtol=2e-6)
+    np.testing.assert_allclose(z1, z0, rtol=2e-6)
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.max(np.abs(b)))  # noqa: E731,E501
+    jax.tree.map(close, g1, g0)
 
 
 @pytest.mark.parametrize("name", MODELS)

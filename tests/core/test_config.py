@@ -15,7 +15,7 @@ from jaxlab.core.config import (
     parse_overrides,
     to_dict,
 )
-from jaxlab.nn.transformer import TransformerConfig
+from jaxlab.lm.transformer import TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True)

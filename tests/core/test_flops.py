@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.flops import compiled_flops, dot_flops
-from jaxlab.nn.transformer import Transformer, TransformerConfig
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 
 T = 64
 

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import AxisRules, MeshConfig, make_mesh, state_shardings
-from jaxlab.nn.transformer import Transformer, TransformerConfig
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 
 MODEL = TransformerConfig(seq_len=16, num_layers=2, d_model=32, num_heads=4, num_kv_heads=2)
 

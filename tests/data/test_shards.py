@@ -20,8 +20,8 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.data import prepare as prep
 from jaxlab.data import shards, text
 from jaxlab.data.tokenizer import load_tokenizer
-from jaxlab.nn.lm_task import LMTask, fit_vocab
-from jaxlab.nn.transformer import TransformerConfig
+from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.testing.corpus import kjv_bpe_corpus
 
 

@@ -177,7 +177,7 @@ def test_block_sizes_must_be_the_dataclass():
         (lambda q, k, v: (q, k[:, :, :0], v[:, :, :0]), {}, "k and v need at least one head"),
         (lambda q, k, v: (q[:, :, :1], k, v), {}, "not a multiple of 2 kv heads"),
         (lambda q, k, v: (q, k[:, :16], v[:, :16]), dict(causal=True), "causal attention needs at"),
-        (lambda q, k, v: (q[0], k, v), {}, r"\(B, T, H, D\)"),
+        (lambda q, k, v: (q[0], k, v), {}, r"\(B, T, H, E\)"),
         (lambda q, k, v: (q, k, v), dict(alibi_slopes=jnp.ones(3)), "alibi_slopes"),
         (lambda q, k, v: (q, k, v), dict(segment_ids=jnp.ones((2, 5), int)), "segment_ids"),
         (lambda q, k, v: (q, k, v), dict(backend="ipu"), "unknown kernel backend 'ipu'"),

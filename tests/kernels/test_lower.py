@@ -61,8 +61,8 @@ def test_table_covers_the_issue():
 
 
 def test_mlp_widths_are_the_paper_presets():
+    from jaxlab.lm.transformer import TransformerConfig
     from jaxlab.methods.rmt import RMTConfig
-    from jaxlab.nn.transformer import TransformerConfig
 
     rmt = {(c.width, c.d_ff) for c in map(RMTConfig.paper, ("46m", "134m", "206m", "305m"))}
     lm = {

@@ -142,7 +142,7 @@ def test_mlp_rejects_unknown_matmul_impl():
     "call, message",
     [
         (lambda x, y: matmul(x, y[:5]), r"do not fit"),
-        (lambda x, y: matmul(x, y[None]), r"y must be \(K, N\)"),
+        (lambda x, y: matmul(x, y[None]), r"y must be \(I, O\)"),
         (lambda x, y: matmul(x, y, activation="tanh"), "unknown activation 'tanh'"),
         (lambda x, y: matmul(x, y, block_sizes=(16, 16, 16)), "must be a matmul BlockSizes"),
         (lambda x, y: BlockSizes(block_m=96), r"BlockSizes.block_m=96 must be a power of two"),

@@ -19,8 +19,8 @@ from flax import nnx
 
 import jaxlab.nn.mlr_attention as xla_mlr
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 from pallas_kernels import (
     KernelConfigError,
     flash_attention_reference,
@@ -253,7 +253,7 @@ def test_lowering_table_has_the_kernel():
 @pytest.mark.parametrize(
     "shape, kwargs, message",
     [
-        ((1, 32, 2, 12), dict(ranks=(4, 4)), r"sum to 8, not the head dim D=12"),
+        ((1, 32, 2, 12), dict(ranks=(4, 4)), r"sum to 8, not the head dim M=12"),
         ((1, 32, 2, 12), dict(ranks=(12, 0)), r"must be positive ints"),
         ((1, 32, 2, 12), dict(normalize="rows"), r"normalize='rows'"),
         ((1, 40, 2, 12), dict(block_len=32), r"T=40 must be a multiple of block_len=32"),
@@ -285,5 +285,5 @@ def test_bad_block_sizes_and_mismatched_arrays():
     with pytest.raises(KernelConfigError, match=r"BlockSizes.block_d=12 must be a power of two"):
         BlockSizes(block_d=12)
     q = jnp.ones((1, 32, 2, 12))
-    with pytest.raises(KernelConfigError, match=r"must be \(B, T, H, D\) alike"):
+    with pytest.raises(KernelConfigError, match=r"must be \(B, T, H, M\) queries and keys"):
         mlr_attention(q, q[:, :16], q, ranks=RANKS)

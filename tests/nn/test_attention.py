@@ -102,7 +102,7 @@ def test_bad_shapes_are_config_errors():
     q, k, v = _qkv(3)
     with pytest.raises(ConfigError, match="not a multiple"):
         dot_product_attention(q, k[:, :, :3], v[:, :, :3], causal=True)
-    with pytest.raises(ConfigError, match=r"\(B, T, H, D\)"):
+    with pytest.raises(ConfigError, match=r"\(B, T, H, E\)"):
         dot_product_attention(q[0], k, v, causal=True)
 
 

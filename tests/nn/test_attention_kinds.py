@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.attention import dot_product_attention
 from jaxlab.nn.attention_kinds import (
@@ -18,7 +19,6 @@ from jaxlab.nn.attention_kinds import (
     global_sliding_window_attention,
     sliding_window_attention,
 )
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 
 def _probs(q, k, scale, window):

@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.init import unembedding_std, weight_std
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 
 def test_weight_std_by_rule():

@@ -42,8 +42,8 @@ def _local_drrho(img, txt, ref_img, ref_txt, *, axis: str, tau: float, eps: floa
 def sharded_drrho_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     *,
     mesh: Mesh | AbstractMesh | None = None,
     axis: str = "data",
@@ -56,10 +56,10 @@ def sharded_drrho_loss(
     the single-device loss on the same global batch (value and gradient).
     """
     row = PartitionSpec(axis, None)
-    has_ref = ref_img_BE is not None
+    has_ref = ref_img_BZ is not None
     fn = functools.partial(_local_drrho, axis=axis, tau=tau, eps=eps, batch=img_BD.shape[0])
     if has_ref:
-        body, args, specs = fn, (img_BD, txt_BD, ref_img_BE, ref_txt_BE), (row,) * 4
+        body, args, specs = fn, (img_BD, txt_BD, ref_img_BZ, ref_txt_BZ), (row,) * 4
     else:
         body = lambda i, t: fn(i, t, None, None)  # noqa: E731
         args, specs = (img_BD, txt_BD), (row, row)
@@ -73,7 +73,7 @@ def _local_clip(img, txt, *, axis: str, tau: float, batch: int):
     pos = offset + jnp.arange(img.shape[0])
 
     def ce(anchor, cand):
-        logits = L._dot(anchor, cand) / tau
+        logits = L.similarities(anchor, cand) / tau
         return jax.nn.logsumexp(logits, axis=1) - jnp.take_along_axis(logits, pos[:, None], 1)[:, 0]
 
     return jax.lax.psum(jnp.sum(ce(img, all_txt) + ce(txt, all_img)), axis) / (2 * batch)
@@ -115,8 +115,8 @@ def _local_surrogate(img, txt, ref_img, ref_txt, u_img, u_txt, seen, *, axis, ta
 def sharded_drrho_surrogate(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     tables: L.ContrastiveTables,
     ids_B: Int[Array, " B"],
     *,
@@ -134,11 +134,11 @@ def sharded_drrho_surrogate(
     """
     row = PartitionSpec(axis, None)
     vec = PartitionSpec(axis)
-    has_ref = ref_img_BE is not None
+    has_ref = ref_img_BZ is not None
     fn = functools.partial(_local_surrogate, axis=axis, tau=tau, eps=eps, gamma=gamma)
     old = (tables.log_u_img[ids_B], tables.log_u_txt[ids_B], tables.seen[ids_B])
     if has_ref:
-        body, args, specs = fn, (img_BD, txt_BD, ref_img_BE, ref_txt_BE), (row,) * 4
+        body, args, specs = fn, (img_BD, txt_BD, ref_img_BZ, ref_txt_BZ), (row,) * 4
     else:
         body = lambda i, t, *u: fn(i, t, None, None, *u)  # noqa: E731
         args, specs = (img_BD, txt_BD), (row, row)

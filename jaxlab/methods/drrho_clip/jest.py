@@ -54,7 +54,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.drrho_clip.losses import _check_shapes, _dot
+from jaxlab.methods.drrho_clip.losses import check_embeddings, similarities
 
 __all__ = [
     "conditional_learnability",
@@ -72,8 +72,8 @@ def sigmoid_pair_losses(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float, bias: float
 ) -> Float[Array, "B B"]:
     """SigLIP's loss of every (image i, text j) pair, log(1 + exp(−z_ij (s_ij/τ + bias)))."""
-    _check_shapes(img_BD, txt_BD)
-    logits_BB = _dot(img_BD, txt_BD) / tau + bias
+    check_embeddings(img_BD, txt_BD)
+    logits_BB = similarities(img_BD, txt_BD) / tau + bias
     z_BB = 2.0 * jnp.eye(logits_BB.shape[0], dtype=logits_BB.dtype) - 1.0
     return jax.nn.softplus(-z_BB * logits_BB)
 
@@ -81,15 +81,15 @@ def sigmoid_pair_losses(
 def learnability_matrix(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     *,
     tau: float,
     bias: float,
 ) -> Float[Array, "B B"]:
     """A = learner's pair losses − reference's (same τ and bias), without gradient to either."""
     learner = sigmoid_pair_losses(img_BD, txt_BD, tau=tau, bias=bias)
-    reference = sigmoid_pair_losses(ref_img_BE, ref_txt_BE, tau=tau, bias=bias)
+    reference = sigmoid_pair_losses(ref_img_BZ, ref_txt_BZ, tau=tau, bias=bias)
     return jax.lax.stop_gradient(learner - reference)
 
 
@@ -159,23 +159,23 @@ def joint_select(
 def softmax_marginal_learnability(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     *,
     scale: float,
     ref_scale: float,
 ) -> Float[Array, " B"]:
     """m_k = −t s_kk + t_ref r_kk: the learner's minus the reference's negated positive logit."""
-    _check_shapes(img_BD, txt_BD)
-    _check_shapes(ref_img_BE, ref_txt_BE)
+    check_embeddings(img_BD, txt_BD)
+    check_embeddings(ref_img_BZ, ref_txt_BZ)
     s_B = jnp.sum(img_BD * txt_BD, axis=1, dtype=jnp.promote_types(img_BD.dtype, jnp.float32))
-    r_B = jnp.sum(ref_img_BE * ref_txt_BE, axis=1, dtype=s_B.dtype)
+    r_B = jnp.sum(ref_img_BZ * ref_txt_BZ, axis=1, dtype=s_B.dtype)
     return jax.lax.stop_gradient(-scale * s_B + ref_scale * r_B)
 
 
 def _masked_negative_term(img_BD, txt_BD, scale, selected_B):
     """½ [lse_{j∈S} t s_kj + lse_{j∈S} t s_jk] for every k (S must not be empty)."""
-    logits_BB = scale * _dot(img_BD, txt_BD)
+    logits_BB = scale * similarities(img_BD, txt_BD)
     lse = jax.nn.logsumexp
     i2t_B = lse(jnp.where(selected_B[None, :], logits_BB, -jnp.inf), axis=1)
     t2i_B = lse(jnp.where(selected_B[:, None], logits_BB, -jnp.inf), axis=0)
@@ -185,8 +185,8 @@ def _masked_negative_term(img_BD, txt_BD, scale, selected_B):
 def softmax_conditional_learnability(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     selected_B: Bool[Array, " B"],
     *,
     scale: float,
@@ -194,18 +194,18 @@ def softmax_conditional_learnability(
 ) -> Float[Array, " B"]:
     """c(k | S): learner's minus reference's InfoNCE loss of pair k against the chosen pairs S."""
     m_B = softmax_marginal_learnability(
-        img_BD, txt_BD, ref_img_BE, ref_txt_BE, scale=scale, ref_scale=ref_scale
+        img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, scale=scale, ref_scale=ref_scale
     )
     learner_B = _masked_negative_term(img_BD, txt_BD, scale, selected_B)
-    reference_B = _masked_negative_term(ref_img_BE, ref_txt_BE, ref_scale, selected_B)
+    reference_B = _masked_negative_term(ref_img_BZ, ref_txt_BZ, ref_scale, selected_B)
     return m_B + jax.lax.stop_gradient(learner_B - reference_B)
 
 
 def softmax_joint_select(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     n_select: int,
     *,
     n_chunks: int,
@@ -223,7 +223,7 @@ def softmax_joint_select(
     """
     b = img_BD.shape[0]
     chunk = _chunk_size(n_select, b, n_chunks)
-    emb = (img_BD, txt_BD, ref_img_BE, ref_txt_BE)
+    emb = (img_BD, txt_BD, ref_img_BZ, ref_txt_BZ)
     m_B = softmax_marginal_learnability(*emb, scale=scale, ref_scale=ref_scale)
     # Linear weights m − min m for the first chunk, as log weights (log 0 = −inf: never drawn).
     logits_B = jnp.log(m_B - jnp.min(m_B)) if key is not None else m_B

@@ -27,7 +27,7 @@ seen for the first time takes the batch estimate itself (:func:`update_log_u`).
 
 Checks and ``jit``. Every public loss takes plain arrays. Shapes are checked always (they are
 static): mismatched batches, a reference whose batch differs from the learner's or whose two
-embeddings differ in width (the reference's width E may differ from the learner's D: it is another
+embeddings differ in width (the reference's width Z may differ from the learner's D: it is another
 model), an empty batch, each a one-line :class:`~jaxlab.core.errors.ConfigError`. Values (τ > 0,
 ε ≥ 0, γ ∈ (0, 1]) are checked when concrete; τ, ε and γ may also be traced (``jax.jit`` with them
 as arguments, a learned temperature, ``jax.grad`` with respect to τ or ε: ∂F/∂ε = τ·mean_i
@@ -52,6 +52,8 @@ from jaxlab.core.errors import ConfigError
 __all__ = [
     "ContrastiveTables",
     "anchor_log_terms",
+    "check_embeddings",
+    "check_tau_eps",
     "clip_loss",
     "distill_loss",
     "drrho_loss",
@@ -61,6 +63,7 @@ __all__ = [
     "init_tables",
     "margins",
     "per_pair_clip_loss",
+    "similarities",
     "surrogate_terms",
     "update_log_u",
     "write_tables",
@@ -83,20 +86,23 @@ def _check_scalar(name: str, value: object, ok, want: str) -> None:
             raise ConfigError(f"{name} must be {want}, got {value!r}")
 
 
-def _check(tau: object, eps: object = 0.0) -> None:
+def check_tau_eps(tau: object, eps: object = 0.0) -> None:
+    """One-line :class:`ConfigError` unless ``tau`` (> 0) and ``eps`` (>= 0) are finite real
+    scalars; a traced scalar is checked for its shape alone."""
     _check_scalar("tau", tau, lambda t: t > 0 and math.isfinite(t), "a positive finite number")
     _check_scalar("eps", eps, lambda e: e >= 0 and math.isfinite(e), "a finite number >= 0")
 
 
-def _check_shapes(*arrays: jax.Array | None) -> None:
+def check_embeddings(*arrays: jax.Array | None) -> None:
+    """One-line :class:`ConfigError` unless every array given is ``(B, D)`` with one ``D``."""
     shapes = [a.shape for a in arrays if a is not None]
     if any(len(s) != 2 for s in shapes) or len({s[-1] for s in shapes}) > 1:
         raise ConfigError(f"embeddings must be (B, D) with one D, got shapes {shapes}")
 
 
 def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) -> None:
-    """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, E)``."""
-    _check_shapes(img, txt)
+    """The learner's pairs ``(B, D)`` with ``B >= min_batch``, and the reference's ``(B, Z)``."""
+    check_embeddings(img, txt)
     if img.shape[0] != txt.shape[0] or img.shape[0] < min_batch:
         raise ConfigError(
             f"need B >= {min_batch} matching pairs, got img {img.shape} and txt {txt.shape}"
@@ -108,13 +114,13 @@ def _check_pairs(img, txt, ref_img=None, ref_txt=None, *, min_batch: int = 1) ->
     b = img.shape[0]
     if jnp.ndim(ref_img) != 2 or jnp.shape(ref_img) != jnp.shape(ref_txt) or ref_img.shape[0] != b:
         raise ConfigError(
-            f"the reference embeddings must be (B, E) with the learner's B={b} and one width E: "
+            f"the reference embeddings must be (B, Z) with the learner's B={b} and one width Z: "
             f"got ref_img {jnp.shape(ref_img)} and ref_txt {jnp.shape(ref_txt)} for img "
             f"{img.shape} and txt {txt.shape}"
         )
 
 
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+def similarities(a: jax.Array, b: jax.Array) -> jax.Array:
     """``a @ b.T`` accumulated in float32 at least (float64 when the inputs are)."""
     return jnp.dot(a, b.T, preferred_element_type=jnp.promote_types(a.dtype, jnp.float32))
 
@@ -122,8 +128,8 @@ def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
 def margins(
     anchor_BD: Float[Array, "B D"],
     candidate_ND: Float[Array, "N D"],
-    ref_anchor_BD: Float[Array, "B E"] | None = None,
-    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    ref_anchor_BZ: Float[Array, "B Z"] | None = None,
+    ref_candidate_NZ: Float[Array, "N Z"] | None = None,
     *,
     tau: float | Float[Array, ""],
     offset: int | jax.Array = 0,
@@ -132,7 +138,7 @@ def margins(
 
     Args:
       anchor_BD, candidate_ND: target embeddings; anchor i's positive is candidate ``offset + i``.
-      ref_anchor_BD, ref_candidate_ND: the reference model's embeddings of the same pairs, or None
+      ref_anchor_BZ, ref_candidate_NZ: the reference model's embeddings of the same pairs, or None
         for no reference (the GCL margins).
       tau: temperature (the reference uses the target's).
       offset: column of the first anchor's positive (process_index × local batch when sharded).
@@ -143,10 +149,10 @@ def margins(
     b, n = anchor_BD.shape[0], candidate_ND.shape[0]
     pos_B = offset + jnp.arange(b)
     neg_BN = jnp.arange(n)[None, :] != pos_B[:, None]
-    s_BN = _dot(anchor_BD, candidate_ND)
+    s_BN = similarities(anchor_BD, candidate_ND)
     d_BN = s_BN - jnp.take_along_axis(s_BN, pos_B[:, None], axis=1)
-    if ref_anchor_BD is not None:
-        r_BN = _dot(ref_anchor_BD, ref_candidate_ND)
+    if ref_anchor_BZ is not None:
+        r_BN = similarities(ref_anchor_BZ, ref_candidate_NZ)
         d_BN = d_BN - (r_BN - jnp.take_along_axis(r_BN, pos_B[:, None], axis=1))
     return d_BN / tau, neg_BN
 
@@ -180,8 +186,8 @@ def _log_eps_mean(
 def anchor_log_terms(
     anchor_BD: Float[Array, "B D"],
     candidate_ND: Float[Array, "N D"],
-    ref_anchor_BD: Float[Array, "B E"] | None = None,
-    ref_candidate_ND: Float[Array, "N E"] | None = None,
+    ref_anchor_BZ: Float[Array, "B Z"] | None = None,
+    ref_candidate_NZ: Float[Array, "N Z"] | None = None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -189,7 +195,7 @@ def anchor_log_terms(
 ) -> Float[Array, " B"]:
     """Per-anchor log(ε + (1/(N−1)) Σ_{j≠i} exp(d_ij)) of Eq. (9), unscaled by τ."""
     d_BN, neg_BN = margins(
-        anchor_BD, candidate_ND, ref_anchor_BD, ref_candidate_ND, tau=tau, offset=offset
+        anchor_BD, candidate_ND, ref_anchor_BZ, ref_candidate_NZ, tau=tau, offset=offset
     )
     return _log_eps_mean(d_BN, neg_BN, eps, candidate_ND.shape[0] - 1)
 
@@ -197,8 +203,8 @@ def anchor_log_terms(
 def gate_off(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -209,15 +215,15 @@ def gate_off(
     ``m_i / (ε + m_i)``; it is off (weight below 1/2) when ``m_i < ε``, that is when its
     reference-adjusted margins lie below about ``−τ ln(1/ε)``. With ε = 0 no anchor is off.
     """
-    _check(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
+    check_tau_eps(tau, eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
     if not is_traced(eps) and float(eps) == 0:
         return jnp.zeros((2, img_BD.shape[0]), bool)
     count = img_BD.shape[0] - 1
     rows = []
     for anchor, cand, r_anchor, r_cand in (
-        (img_BD, txt_BD, ref_img_BE, ref_txt_BE),
-        (txt_BD, img_BD, ref_txt_BE, ref_img_BE),
+        (img_BD, txt_BD, ref_img_BZ, ref_txt_BZ),
+        (txt_BD, img_BD, ref_txt_BZ, ref_img_BZ),
     ):
         d_BN, neg_BN = margins(anchor, cand, r_anchor, r_cand, tau=tau)
         rows.append(_log_eps_mean(d_BN, neg_BN, 0.0, count) < jnp.log(eps))  # log m_i < log ε
@@ -227,8 +233,8 @@ def gate_off(
 def drrho_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     *,
     tau: float | Float[Array, ""],
     eps: float | Float[Array, ""],
@@ -236,12 +242,12 @@ def drrho_loss(
     """The DRRho-CLIP objective F on one global batch (module docstring; paper Eq. (9)).
 
     Both directions are summed (image anchors against texts, text anchors against images), as in
-    the formula; ``ref_img_BE = ref_txt_BE = None`` gives exactly :func:`gcl_loss`.
+    the formula; ``ref_img_BZ = ref_txt_BZ = None`` gives exactly :func:`gcl_loss`.
     """
-    _check(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
-    img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BE, ref_txt_BE, tau=tau, eps=eps)
-    txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BE, ref_img_BE, tau=tau, eps=eps)
+    check_tau_eps(tau, eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
+    img_terms = anchor_log_terms(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, tau=tau, eps=eps)
+    txt_terms = anchor_log_terms(txt_BD, img_BD, ref_txt_BZ, ref_img_BZ, tau=tau, eps=eps)
     return tau * jnp.mean(img_terms + txt_terms)
 
 
@@ -268,9 +274,9 @@ def per_pair_clip_loss(
     img_BD: Float[Array, "B D"], txt_BD: Float[Array, "B D"], *, tau: float | jax.Array
 ) -> Float[Array, " B"]:
     """Each pair's InfoNCE within the batch, (image→text + text→image) / 2 (JEST's scores)."""
-    _check(tau)
+    check_tau_eps(tau)
     _check_pairs(img_BD, txt_BD, min_batch=0)
-    logits_BB = _dot(img_BD, txt_BD) / tau
+    logits_BB = similarities(img_BD, txt_BD) / tau
     diag_B = jnp.diagonal(logits_BB)
     img_ce = jax.nn.logsumexp(logits_BB, axis=1) - diag_B
     txt_ce = jax.nn.logsumexp(logits_BB, axis=0) - diag_B
@@ -280,19 +286,19 @@ def per_pair_clip_loss(
 def distill_loss(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"],
-    ref_txt_BE: Float[Array, "B E"],
+    ref_img_BZ: Float[Array, "B Z"],
+    ref_txt_BZ: Float[Array, "B Z"],
     *,
     tau: float | Float[Array, ""],
     ref_tau: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """Knowledge distillation from the reference: cross-entropy of the target's softmax rows
     against the reference's (both directions, halved), as the authors' ``distill_loss``."""
-    _check(tau)
+    check_tau_eps(tau)
     _check_scalar("ref_tau", ref_tau, lambda t: t > 0 and math.isfinite(t), "a positive number")
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=1)
-    s_BB = _dot(img_BD, txt_BD) / tau
-    r_BB = jax.lax.stop_gradient(_dot(ref_img_BE, ref_txt_BE) / ref_tau)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=1)
+    s_BB = similarities(img_BD, txt_BD) / tau
+    r_BB = jax.lax.stop_gradient(similarities(ref_img_BZ, ref_txt_BZ) / ref_tau)
 
     def ce(student, teacher):
         return -jnp.mean(jnp.sum(jax.nn.softmax(teacher, 1) * jax.nn.log_softmax(student, 1), 1))
@@ -353,8 +359,8 @@ def _surrogate_direction(
 def drrho_surrogate(
     img_BD: Float[Array, "B D"],
     txt_BD: Float[Array, "B D"],
-    ref_img_BE: Float[Array, "B E"] | None,
-    ref_txt_BE: Float[Array, "B E"] | None,
+    ref_img_BZ: Float[Array, "B Z"] | None,
+    ref_txt_BZ: Float[Array, "B Z"] | None,
     tables: ContrastiveTables,
     ids_B: Int[Array, " B"],
     *,
@@ -379,8 +385,8 @@ def drrho_surrogate(
     Returns:
       The surrogate (mean over the anchors) and the tables with the anchors' entries updated.
     """
-    _check(tau, eps)
-    _check_pairs(img_BD, txt_BD, ref_img_BE, ref_txt_BE, min_batch=2)
+    check_tau_eps(tau, eps)
+    _check_pairs(img_BD, txt_BD, ref_img_BZ, ref_txt_BZ, min_batch=2)
     rows = anchors or slice(None)
     n_anchors = len(range(*rows.indices(img_BD.shape[0])))
     if jnp.shape(ids_B) != (n_anchors,):
@@ -388,20 +394,20 @@ def drrho_surrogate(
             f"ids_B must hold one sample id per anchor: {n_anchors} anchors, got ids_B of shape "
             f"{jnp.shape(ids_B)}"
         )
-    ref = ref_img_BE is not None
+    ref = ref_img_BZ is not None
     d_img, neg = margins(
         img_BD[rows],
         txt_BD,
-        ref_img_BE[rows] if ref else None,
-        ref_txt_BE,
+        ref_img_BZ[rows] if ref else None,
+        ref_txt_BZ,
         tau=tau,
         offset=offset,
     )
     d_txt, _ = margins(
         txt_BD[rows],
         img_BD,
-        ref_txt_BE[rows] if ref else None,
-        ref_img_BE,
+        ref_txt_BZ[rows] if ref else None,
+        ref_img_BZ,
         tau=tau,
         offset=offset,
     )

@@ -1,13 +1,14 @@
 """CLIP towers as NNX modules: a small ViT or an MLP image tower, a small text transformer.
 
 Both towers end in a bias-free projection to a shared ``embed_dim`` and are L2-normalised
-(CLIP, Radford et al. 2021, Sec. 2.5). The image ViT splits the canvas into ``patch``² patches with
-learned positions and a mean-pooled bidirectional encoder; the MLP tower flattens the pixels. The
-text tower is a pre-norm transformer over caption tokens with a causal mask, read out at the last
-non-pad token (CLIP's EOT readout; captions are right-padded with 0). The temperature is a config
-number, not a parameter: DRRho-CLIP's ViT-B/16 run fixes τ = 0.01 (paper, Appendix), and one fixed
-τ for every method keeps the comparison to one thing. The frozen reference model is an instance of
-the same class; the task keeps it outside the trained parameters (see :mod:`.task`).
+(CLIP, Radford et al. 2021, Sec. 2.5). The image ViT splits the canvas into ``patch`` × ``patch``
+patches with learned positions and a mean-pooled bidirectional encoder; the MLP tower flattens the
+pixels. The text tower is a pre-norm transformer over caption tokens with a causal mask, read out at
+the last non-pad token (CLIP's EOT readout; captions are right-padded with 0). The temperature is a
+config number, not a parameter: DRRho-CLIP's ViT-B/16 run fixes τ = 0.01 (paper, Appendix), and one
+fixed τ for every method keeps the comparison to one thing. The frozen reference model is an
+instance of the same class; the task keeps it outside the trained parameters (see
+:mod:`jaxlab.methods.drrho_clip.task`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class _Block(nnx.Module):
     def __call__(self, x_BTD: Float[Array, "B T D"], segment_ids_BT=None) -> Float[Array, "B T D"]:
         B, T, D = x_BTD.shape
         qkv = self.qkv(self.norm1(x_BTD)).reshape(B, T, 3, self.heads, D // self.heads)
-        o_BTHK = dot_product_attention(
+        o_BTHE = dot_product_attention(
             qkv[:, :, 0],
             qkv[:, :, 1],
             qkv[:, :, 2],
@@ -89,13 +90,13 @@ class _Block(nnx.Module):
             segment_ids=segment_ids_BT,
             impl="xla",
         )
-        x_BTD = x_BTD + self.out(o_BTHK.reshape(B, T, D))
+        x_BTD = x_BTD + self.out(o_BTHE.reshape(B, T, D))
         return x_BTD + self.mlp(self.norm2(x_BTD))
 
 
-def _normalise(x_BE: jax.Array) -> jax.Array:
-    x_BE = x_BE.astype(jnp.float32)
-    return x_BE * jax.lax.rsqrt(jnp.sum(x_BE * x_BE, axis=-1, keepdims=True) + 1e-12)
+def _normalise(x_BD: jax.Array) -> jax.Array:
+    x_BD = x_BD.astype(jnp.float32)
+    return x_BD * jax.lax.rsqrt(jnp.sum(x_BD * x_BD, axis=-1, keepdims=True) + 1e-12)
 
 
 class CLIPModel(nnx.Module):
@@ -129,9 +130,9 @@ class CLIPModel(nnx.Module):
         self.text_norm = make_norm("layernorm", w, "float32", rngs=rngs)
         self.text_proj = Dense(w, cfg.embed_dim, std=w**-0.5, rngs=rngs)
 
-    def encode_image(self, images_BHWC: Float[Array, "B H W C"]) -> Float[Array, "B E"]:
+    def encode_image(self, images: Float[Array, "B height width channels"]) -> Float[Array, "B D"]:
         """L2-normalised image embeddings of images in [0, 1]."""
-        x = images_BHWC.astype(jnp.float32)
+        x = images.astype(jnp.float32)
         if self.cfg.image_tower == "mlp":
             h_BF = x.reshape(x.shape[0], -1)
             for layer in self.mlp_layers:
@@ -145,7 +146,7 @@ class CLIPModel(nnx.Module):
             x_BTD = block(x_BTD)
         return _normalise(self.image_proj(self.image_norm(jnp.mean(x_BTD, axis=1))))
 
-    def encode_text(self, tokens_BT: Int[Array, "B T"]) -> Float[Array, "B E"]:
+    def encode_text(self, tokens_BT: Int[Array, "B T"]) -> Float[Array, "B D"]:
         """L2-normalised text embeddings, read at each caption's last non-pad token."""
         x_BTD = self.embed(tokens_BT)
         for block in self.text_blocks:
@@ -154,5 +155,5 @@ class CLIPModel(nnx.Module):
         x_BD = jnp.take_along_axis(x_BTD, last_B[:, None, None], axis=1)[:, 0]
         return _normalise(self.text_proj(self.text_norm(x_BD)))
 
-    def __call__(self, images_BHWC, tokens_BT) -> tuple[jax.Array, jax.Array]:
-        return self.encode_image(images_BHWC), self.encode_text(tokens_BT)
+    def __call__(self, images, tokens_BT) -> tuple[jax.Array, jax.Array]:
+        return self.encode_image(images), self.encode_text(tokens_BT)

@@ -27,7 +27,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.checks import is_traced
 from jaxlab.core.errors import ConfigError
-from jaxlab.methods.drrho_clip.losses import _check
+from jaxlab.methods.drrho_clip.losses import check_tau_eps
 
 __all__ = ["drrho_risk_cvar", "drrho_risk_kl"]
 
@@ -51,7 +51,7 @@ def drrho_risk_kl(
     tau: float | Float[Array, ""],
 ) -> Float[Array, ""]:
     """τ · log mean exp((ℓ − ℓ_ref)/τ) (paper Eq. (4)); the reference gets no gradient."""
-    _check(tau)
+    check_tau_eps(tau)
     x_N = _excess(losses_N, ref_losses_N)
     # max + τ·log1p(mean(expm1((x − max)/τ))): no overflow for small τ, and for large τ no
     # cancellation in log(mean(exp(y))) with every y near 0 (τ → ∞ is the mean, accurately).

@@ -221,10 +221,10 @@ class CLIPTask:
         if key is None:  # evaluation: one yardstick for every objective
             img, txt = model(batch["image"], batch["tokens"])
             prompts = task_state["prompts"]
-            prompt_CPE = model.encode_text(prompts.reshape(-1, prompts.shape[-1]))
-            cls_CE = prompt_CPE.reshape(*prompts.shape[:2], -1).mean(1)
-            cls_CE = cls_CE / jnp.linalg.norm(cls_CE, axis=1, keepdims=True)  # as in captions.py
-            pred = jnp.argmax(img @ cls_CE.T, axis=1)
+            prompt_LPD = model.encode_text(prompts.reshape(-1, prompts.shape[-1]))
+            cls_LD = prompt_LPD.reshape(*prompts.shape[:2], -1).mean(1)
+            cls_LD = cls_LD / jnp.linalg.norm(cls_LD, axis=1, keepdims=True)  # as in captions.py
+            pred = jnp.argmax(img @ cls_LD.T, axis=1)
             metrics = {
                 "loss": L.clip_loss(img, txt, tau=c.tau),
                 "zero_shot_acc": jnp.mean(pred == batch["label"]),

@@ -1,8 +1,8 @@
 """Fixed-capacity active sets and the one-feature decision of the sequential NARD algorithms.
 
-JAX needs static shapes, so the active set is ``P = max_active`` slots holding feature indices
+JAX needs static shapes, so the active set is ``p = max_active`` slots holding feature indices
 (``d`` marks an empty slot) and their prior variances ``γ = 1/α`` (0 in empty slots). Everything the
-sequential solvers do with it is O(P³) or O(P·d) regardless of how many features are pruned.
+sequential solvers do with it is O(p³) or O(p·d) regardless of how many features are pruned.
 
 The decision (Tipping & Faul, 2003, generalised to m outputs sharing α under output precision Ω):
 with ``ℓ_i(γ) = ½[−m log(1 + γ s_i) + γ Q_i / (1 + γ s_i)]`` the change of the objective when
@@ -35,8 +35,8 @@ __all__ = [
 class ActiveSet(NamedTuple):
     """``slots``: feature index per slot (``d`` = empty); ``gamma``: its variance (0 if empty)."""
 
-    slots: Int[Array, " P"]
-    gamma: Float[Array, " P"]
+    slots: Int[Array, " p"]
+    gamma: Float[Array, " p"]
 
 
 def empty(capacity: int, d: int, dtype) -> ActiveSet:
@@ -44,14 +44,14 @@ def empty(capacity: int, d: int, dtype) -> ActiveSet:
     return ActiveSet(jnp.full((capacity,), d, jnp.int32), jnp.zeros((capacity,), dtype))
 
 
-def gather(active: ActiveSet, d: int) -> tuple[Int[Array, " P"], Float[Array, " P"]]:
+def gather(active: ActiveSet, d: int) -> tuple[Int[Array, " p"], Float[Array, " p"]]:
     """Safe gather indices (empty slots point at feature 0) and the 0/1 mask of used slots."""
     valid = active.slots < d
     return jnp.where(valid, active.slots, 0), valid.astype(active.gamma.dtype)
 
 
-def gather_blocks(active: ActiveSet, rows: Float[Array, "P d"], cross: Float[Array, "m d"]):
-    """Slot indices, slot mask, the Gram block ``G_AA`` (P×P) and the cross block ``P_A`` (m×P) of
+def gather_blocks(active: ActiveSet, rows: Float[Array, "p d"], cross: Float[Array, "m d"]):
+    """Slot indices, slot mask, the Gram block ``G_AA`` (p×p) and the cross block ``P_A`` (m×p) of
     the active features, zero on empty slots.
 
     ``rows`` holds the Gram rows ``G_{A,:} = X_A Xᵀ`` of the slots (any values on empty slots):
@@ -63,7 +63,7 @@ def gather_blocks(active: ActiveSet, rows: Float[Array, "P d"], cross: Float[Arr
     return idx, vf, g_aa, cross[:, idx] * vf[None, :]
 
 
-def scatter(values: Float[Array, "... P"], active: ActiveSet, d: int) -> Float[Array, "... d"]:
+def scatter(values: Float[Array, "... p"], active: ActiveSet, d: int) -> Float[Array, "... d"]:
     """Places per-slot values at their features' positions (zeros elsewhere)."""
     idx, vf = gather(active, d)
     out = jnp.zeros(values.shape[:-1] + (d,), values.dtype)

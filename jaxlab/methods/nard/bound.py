@@ -73,10 +73,10 @@ def surrogate_stats(X: Float[Array, "d N"], Y: Float[Array, "m N"]) -> Surrogate
 
 def surrogate_cov(
     rr: Float[Array, "m m"],
-    b_old: Float[Array, "m P"],
-    w_old: Float[Array, "m P"],
-    b_new: Float[Array, "m Q"],
-    c_new: Float[Array, " Q"],
+    b_old: Float[Array, "m p"],
+    w_old: Float[Array, "m p"],
+    b_new: Float[Array, "m q"],
+    c_new: Float[Array, " q"],
     rho: Array,
     n: Array,
 ) -> Float[Array, "m m"]:
@@ -97,7 +97,7 @@ def surrogate_cov(
 
 
 def surrogate_value(
-    gamma: Float[Array, " P"],
+    gamma: Float[Array, " p"],
     cov: Float[Array, "m m"],
     precision: Float[Array, "m m"],
     lam: Float[Array, ""],

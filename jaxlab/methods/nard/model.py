@@ -100,7 +100,7 @@ def posterior(
     """Posterior of W for prior variances ``γ = 1/α`` (γ_i = 0 prunes feature i exactly).
 
     The one place the posterior is factorised: ``nard`` passes all d features, ``sequential`` the
-    P slots of its active set (``G_AA``, ``P_A``; empty slots carry γ = 0). Uses one Cholesky of
+    p slots of its active set (``G_AA``, ``P_A``; empty slots carry γ = 0). Uses one Cholesky of
     ``B = I + Γ^{1/2} G Γ^{1/2}`` (well conditioned for any γ ≥ 0).
     ``1 − α_i Σ_ii = 1 − (B⁻¹)_ii = (B⁻¹ (B − I))_ii`` is summed directly, which stays accurate
     when ``γ_i G_ii`` is below float precision (where ``1 − (B⁻¹)_ii`` would cancel to 0).

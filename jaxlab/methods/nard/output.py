@@ -63,7 +63,7 @@ class NARDResult(NamedTuple):
     coef: Float[Array, "m d"]
     gamma: Float[Array, " d"] | None
     precision: Float[Array, "m m"] | None
-    objective: Float[Array, " T"] | None
+    objective: Float[Array, " iters"] | None
     n_iter: Int[Array, ""] | int
     converged: Bool[Array, ""] | bool
     selected: Bool[Array, " d"] | None = None

@@ -1,7 +1,7 @@
-"""``method="sequential"``: one feature at a time (Tipping–Faul style), O(m³ + P³ + P²d) per step.
+"""``method="sequential"``: one feature at a time (Tipping–Faul style), O(m³ + p³ + p²d) per step.
 
 Start from the empty model. Each iteration computes, for every feature, the sparsity and quality
-factors with respect to the current active set A (P slots, see
+factors with respect to the current active set A (p slots, see
 :mod:`~jaxlab.methods.nard.active_set`). With ``C = I + X_Aᵀ Γ_A X_A`` and ``Σ_A = (K_A + G_AA)⁻¹``:
 
     S_i = x_iᵀ C⁻¹ x_i = G_ii − G_iA Σ_A G_Ai,    Q̂_i = Y C⁻¹ x_i = P_i − P_A Σ_A G_Ai (m-vector),
@@ -17,7 +17,7 @@ therefore never decreases; the loop (:func:`jaxlab.core.iterate.iterate`) stops 
 change is below ``tol``, or unconverged on a non-finite value. ``Σ_A`` and S come from
 :func:`~jaxlab.methods.nard.model.posterior` and :func:`~jaxlab.methods.nard.model.residual_cov`
 applied to the active block, the same functions ``nard`` applies to all d features. Scoring all d
-candidates is O(P·d·(P + m) + m²·d); the rest depends on P and m only. The capacity P is paid in
+candidates is O(p·d·(p + m) + m²·d); the rest depends on p and m only. The capacity p is paid in
 full from the first iteration (static shapes), and exact ARD keeps many irrelevant features at
 large finite α, so the active set does fill up when d is large.
 """
@@ -56,7 +56,7 @@ class SequentialState(NamedTuple):
 
 def active_posterior(active: ActiveSet, stats: Stats) -> tuple[Posterior, Array, Array]:
     """Posterior on the active slots (``Σ_A`` zero on empty slots), the Gram rows ``G_{A,:}``
-    (P×d, zero on empty slots) and ``P_A`` (m×P)."""
+    (p×d, zero on empty slots) and ``P_A`` (m×p)."""
     idx, vf = gather(active, stats.gram.shape[0])
     rows = stats.gram[idx] * vf[:, None]
     _, _, g_aa, p_a = gather_blocks(active, rows, stats.cross)
@@ -104,7 +104,7 @@ def solve_sequential(
       stats: sufficient statistics of the data.
       lam: graphical-lasso penalty λ.
       max_iter: iteration cap (one feature decision per iteration).
-      max_active: capacity P of the active set; additions stop when it is full.
+      max_active: capacity p of the active set; additions stop when it is full.
       tol: stop when ``|ΔL| ≤ tol · |L|``; a non-finite L stops the loop unconverged.
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 

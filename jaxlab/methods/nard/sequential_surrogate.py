@@ -2,12 +2,12 @@
 
 The hybrid of :mod:`~jaxlab.methods.nard.sequential` and :mod:`~jaxlab.methods.nard.surrogate`
 (Zhang et al., ICML 2025, Sec. 4.4). The ascended function is the surrogate ``g(α, Ω; W₀)`` with the
-anchor ``W₀`` supported on the active set A (P slots). Given W₀ and Ω, g is separable in α with the
+anchor ``W₀`` supported on the active set A (p slots). Given W₀ and Ω, g is separable in α with the
 Tipping–Faul form ``½[−m log(1 + γρ) + γ Q̃_i/(1 + γρ)]`` (sparsity ``s = ρ``, quality
 ``Q̃_i = b_iᵀΩb_i``), so the best single add / re-estimate / delete is exact; here only columns of
-``B = YXᵀ − W₀G + ρW₀`` are needed: ``b = P − W₀_A G_{A,:} + ρW₀`` costs m·P·d and every other term
+``B = YXᵀ − W₀G + ρW₀`` are needed: ``b = P − W₀_A G_{A,:} + ρW₀`` costs m·p·d and every other term
 (R₀R₀ᵀ = YYᵀ − W₀_A P_Aᵀ − P_A W₀_Aᵀ + W₀_A G_AA W₀_Aᵀ, the S̃ of the Ω-step, the W₀-step
-``W₀_A ← B_A D_A⁻¹`` and g itself) costs O(m·P² + m²·P). There is no P×P factorisation at all:
+``W₀_A ← B_A D_A⁻¹`` and g itself) costs O(m·p² + m²·p). There is no p×p factorisation at all:
 the surrogate's intermediate matrix is diagonal. The d×d Gram matrix is never formed either: the
 state keeps the Gram rows ``G_{A,:} = X_A Xᵀ`` of the active slots, and since one decision
 changes at most one slot, each iteration computes one new row ``x_i Xᵀ`` (d·N). Each of the three
@@ -43,12 +43,12 @@ __all__ = ["SeqSurrogateState", "solve_sequential_surrogate"]
 
 
 class SeqSurrogateState(NamedTuple):
-    """Loop state: the active set, the anchor on its slots (m×P), Ω, and the slots' Gram rows."""
+    """Loop state: the active set, the anchor on its slots (m×p), Ω, and the slots' Gram rows."""
 
     active: ActiveSet
-    w: Float[Array, "m P"]
+    w: Float[Array, "m p"]
     precision: Float[Array, "m m"]
-    rows: Float[Array, "P d"]
+    rows: Float[Array, "p d"]
 
 
 def _cov(stats, w_o, b_o, p_o, g_oo, b_n, c_n):
@@ -77,7 +77,7 @@ def solve_sequential_surrogate(
       stats: :class:`~jaxlab.methods.nard.bound.SurrogateStats` of (X, Y).
       lam: graphical-lasso penalty λ.
       max_iter: iteration cap (one feature decision per iteration).
-      max_active: capacity P of the active set.
+      max_active: capacity p of the active set.
       tol: stop when ``|Δg| ≤ tol · |g|``; a non-finite g stops the loop unconverged.
       glasso_iter: sweeps allowed to each warm-started graphical lasso.
 

@@ -425,6 +425,21 @@ def solve(
     Raises:
       ConfigError: invalid inputs or settings (one line saying what to change).
       NotConvergedError: ``unconverged="raise"`` and the solve stopped short of ``tol``.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxlab.methods.qn_ot import solve
+      >>> rng = np.random.default_rng(0)
+      >>> x, y = rng.random((8, 2)), rng.random((6, 2))
+      >>> cost = ((x[:, None] - y[None]) ** 2).sum(-1)  # squared Euclidean
+      >>> out = solve(None, None, cost, epsilon=0.05)  # uniform marginals, SPLR
+      >>> out.matrix.shape, bool(out.converged)
+      ((8, 6), True)
+      >>> bool(np.allclose(out.matrix.sum(axis=1), 1 / 8, atol=1e-4))  # T 1 = a
+      True
+      >>> baseline = solve(None, None, cost, epsilon=0.05, method="sinkhorn")
+      >>> bool(np.allclose(out.matrix, baseline.matrix, atol=1e-4))  # the same plan
+      True
     """
     check_unconverged(unconverged)
     cost, a, b, epsilon = read_problem(a, b, cost, epsilon)

@@ -51,9 +51,10 @@ def entropic_ot_value(
       a, b, cost, epsilon: the problem as :func:`~jaxlab.methods.qn_ot.solve` takes it (a matrix,
         an ott-jax ``Geometry`` / ``PointCloud``, or a ``LinearProblem`` with ``a = b = None``).
         Gradients reach a geometry's points through its cost matrix.
-      method, tol, unconverged, **options: as for :func:`~jaxlab.methods.qn_ot.solve`. The value's
-        error is about ``tol`` times the size of the potentials: pass a small ``tol`` (float64) when
+      method, tol, unconverged: as for :func:`~jaxlab.methods.qn_ot.solve`. The value's error is
+        about ``tol`` times the size of the potentials: pass a small ``tol`` (float64) when
         comparing values, e.g. by finite differences.
+      **options: the method's options, as for :func:`~jaxlab.methods.qn_ot.solve`.
       convention: ``"paper"`` (above), or ott-jax's ``"ent_reg_cost"`` (``<T, M> - η H(T)``,
         ``H(T) = -Σ T log T``: ``η`` more for probability marginals) or ``"reg_ot_cost"``
         (``<T, M> + η KL(T ‖ a bᵀ)``).

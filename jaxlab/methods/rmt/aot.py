@@ -2,7 +2,7 @@
 
 :func:`compile_paper_pairs` builds a (data, fsdp) mesh over the process's devices and compiles the
 transformer and RMT train steps of the paper presets ahead of time with
-:func:`jaxlab.nn.lm_task.compile_lm_train_step` — nothing is executed — returning per-device
+:func:`jaxlab.lm.task.compile_lm_train_step` — nothing is executed — returning per-device
 parameter + optimizer bytes against the total (about 1/devices when FSDP shards every large array)
 and XLA's per-device memory. The experiment ``python experiments/run.py --exp=rmt_aot`` runs it
 through :func:`jaxlab.core.aot.run_with_devices` (a child process with the simulated devices);
@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxlab.core.mesh import MeshConfig
+from jaxlab.lm.task import compile_lm_train_step
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.methods.rmt.model import RMT
-from jaxlab.nn.lm_task import compile_lm_train_step
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 
 __all__ = ["compile_paper_pairs", "describe", "main"]
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxlab.core.config import check
+from jaxlab.lm.config import AlibiName, LMConfig, NormName, PositionsName
 from jaxlab.nn.init import InitName
-from jaxlab.nn.lm_config import AlibiName, LMConfig, NormName, PositionsName
 
 __all__ = ["RMTConfig"]
 
@@ -34,7 +34,7 @@ __all__ = ["RMTConfig"]
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RMTConfig(LMConfig):
     """Shape and options of :class:`jaxlab.methods.rmt.RMT` (common fields:
-    :class:`~jaxlab.nn.lm_config.LMConfig`).
+    :class:`~jaxlab.lm.config.LMConfig`).
 
     ``rank`` R is both the number of attention heads and of FF read/write slots; ``d_value`` Dv is
     the head dimension; the core width (what the MLP and the embeddings see) is ``R * Dv``; the

@@ -44,6 +44,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from jaxlab.core.mesh import constrain
+from jaxlab.lm.model import LanguageModel
 from jaxlab.methods.rmt.config import RMTConfig
 from jaxlab.nn.attention import alibi_slopes
 from jaxlab.nn.attention_kinds import attend, logit_scale
@@ -58,51 +59,49 @@ def _flat(a: Array) -> Array:
 
 
 @jax.custom_vjp
-def _store(y_BTRV: Array, keys_RK: Array) -> Array:
-    B_T_V = (*y_BTRV.shape[:-2], y_BTRV.shape[-1])
-    x = _flat(jnp.swapaxes(y_BTRV, -1, -2)) @ keys_RK  # (B*T*Dv, R) @ (R, Dk)
-    return x.reshape(*B_T_V, keys_RK.shape[-1])
+def _store(y_BTRE: Array, keys_RM: Array) -> Array:
+    B_T_E = (*y_BTRE.shape[:-2], y_BTRE.shape[-1])
+    x = _flat(jnp.swapaxes(y_BTRE, -1, -2)) @ keys_RM  # (B*T*Dv, R) @ (R, Dk)
+    return x.reshape(*B_T_E, keys_RM.shape[-1])
 
 
-def _store_fwd(y_BTRV, keys_RK):
-    return _store(y_BTRV, keys_RK), (y_BTRV, keys_RK)
+def _store_fwd(y_BTRE, keys_RM):
+    return _store(y_BTRE, keys_RM), (y_BTRE, keys_RM)
 
 
-def _store_bwd(res, dx_BTVK):
-    y_BTRV, keys_RK = res
-    dx = _flat(dx_BTVK)  # (B*T*Dv, Dk), the residual gradient in its natural layout
-    dy_BTVR = (dx @ keys_RK.T).reshape(*dx_BTVK.shape[:-1], keys_RK.shape[0])
-    dkeys_RK = _flat(jnp.swapaxes(y_BTRV, -1, -2)).T @ dx  # transposes the R-wide operand only
-    return jnp.swapaxes(dy_BTVR, -1, -2), dkeys_RK
+def _store_bwd(res, dx_BTEM):
+    y_BTRE, keys_RM = res
+    dx = _flat(dx_BTEM)  # (B*T*Dv, Dk), the residual gradient in its natural layout
+    dy_BTER = (dx @ keys_RM.T).reshape(*dx_BTEM.shape[:-1], keys_RM.shape[0])
+    dkeys_RM = _flat(jnp.swapaxes(y_BTRE, -1, -2)).T @ dx  # transposes the R-wide operand only
+    return jnp.swapaxes(dy_BTER, -1, -2), dkeys_RM
 
 
 _store.defvjp(_store_fwd, _store_bwd)
 
 
 @jax.custom_vjp
-def _retrieve(x_BTVK: Array, keys_KR: Array) -> Array:
-    y = (_flat(x_BTVK) @ keys_KR).reshape(*x_BTVK.shape[:-1], keys_KR.shape[-1])
+def _retrieve(x_BTEM: Array, keys_MR: Array) -> Array:
+    y = (_flat(x_BTEM) @ keys_MR).reshape(*x_BTEM.shape[:-1], keys_MR.shape[-1])
     return jnp.swapaxes(y, -1, -2)
 
 
-def _retrieve_fwd(x_BTVK, keys_KR):
-    return _retrieve(x_BTVK, keys_KR), (x_BTVK, keys_KR)
+def _retrieve_fwd(x_BTEM, keys_MR):
+    return _retrieve(x_BTEM, keys_MR), (x_BTEM, keys_MR)
 
 
-def _retrieve_bwd(res, dy_BTRV):
-    x_BTVK, keys_KR = res
-    dy = _flat(jnp.swapaxes(dy_BTRV, -1, -2))  # (B*T*Dv, R)
-    dx_BTVK = (dy @ keys_KR.T).reshape(x_BTVK.shape)
-    dkeys_KR = (dy.T @ _flat(x_BTVK)).T  # transposes the R-wide operand only
-    return dx_BTVK, dkeys_KR
+def _retrieve_bwd(res, dy_BTRE):
+    x_BTEM, keys_MR = res
+    dy = _flat(jnp.swapaxes(dy_BTRE, -1, -2))  # (B*T*Dv, R)
+    dx_BTEM = (dy @ keys_MR.T).reshape(x_BTEM.shape)
+    dkeys_MR = (dy.T @ _flat(x_BTEM)).T  # transposes the R-wide operand only
+    return dx_BTEM, dkeys_MR
 
 
 _retrieve.defvjp(_retrieve_fwd, _retrieve_bwd)
 
 
-def store(
-    y_BTRV: Float[Array, "B T R Dv"], keys_RK: Float[Array, "R Dk"]
-) -> Float[Array, "B T Dv Dk"]:
+def store(y_BTRE: Float[Array, "B T R E"], keys_RM: Float[Array, "R M"]) -> Float[Array, "B T E M"]:
     """Outer-product storage ``X = sum_h w_h y_h^T`` of R data vectors with R keys (paper eq. 1).
 
     Returns the residual matrix in jaxlab's layout, ``X^T`` of shape ``(Dv, Dk)`` per token (see
@@ -110,27 +109,27 @@ def store(
     (``custom_vjp``) so that the residual-sized operand is never transposed. Equal to
     :func:`store_reference` (tested, values and gradients).
     """
-    return _store(y_BTRV, keys_RK.astype(y_BTRV.dtype))
+    return _store(y_BTRE, keys_RM.astype(y_BTRE.dtype))
 
 
 def retrieve(
-    x_BTVK: Float[Array, "B T Dv Dk"], keys_KR: Float[Array, "Dk R"]
-) -> Float[Array, "B T R Dv"]:
+    x_BTEM: Float[Array, "B T E M"], keys_MR: Float[Array, "M R"]
+) -> Float[Array, "B T R E"]:
     """Retrieval ``y_h = X^T r_h`` of R vectors with R keys (paper eq. 2), one matrix product.
 
-    ``x_BTVK`` is the residual in jaxlab's ``(Dv, Dk)`` layout. Equal to :func:`retrieve_reference`.
+    ``x_BTEM`` is the residual in jaxlab's ``(Dv, Dk)`` layout. Equal to :func:`retrieve_reference`.
     """
-    return _retrieve(x_BTVK, keys_KR.astype(x_BTVK.dtype))
+    return _retrieve(x_BTEM, keys_MR.astype(x_BTEM.dtype))
 
 
-def store_reference(y_BTRV: Array, keys_RK: Array) -> Array:
+def store_reference(y_BTRE: Array, keys_RM: Array) -> Array:
     """:func:`store` as one plain einsum, differentiated by JAX: the reference for the tests."""
-    return jnp.einsum("btrv,rk->btvk", y_BTRV, keys_RK.astype(y_BTRV.dtype))
+    return jnp.einsum("btre,rm->btem", y_BTRE, keys_RM.astype(y_BTRE.dtype))
 
 
-def retrieve_reference(x_BTVK: Array, keys_KR: Array) -> Array:
+def retrieve_reference(x_BTEM: Array, keys_MR: Array) -> Array:
     """:func:`retrieve` as one plain einsum, differentiated by JAX: the reference for the tests."""
-    return jnp.einsum("btvk,kr->btrv", x_BTVK, keys_KR.astype(x_BTVK.dtype))
+    return jnp.einsum("btem,mr->btre", x_BTEM, keys_MR.astype(x_BTEM.dtype))
 
 
 def _keys(shape, std: float, rngs: nnx.Rngs, dtype) -> nnx.Param:
@@ -158,23 +157,23 @@ class MatrixNorm(nnx.Module):
         init = param_init(nnx.initializers.ones, (None,))
         self.scale = nnx.Param(init(rngs.params(), (cfg.residual_size,), cfg.param_dtype))
 
-    def _factors(self, x_BTVK):
-        x = x_BTVK.astype(jnp.float32)
+    def _factors(self, x_BTEM):
+        x = x_BTEM.astype(jnp.float32)
         if self.kind == "layernorm":
             x = x - jnp.mean(x, axis=(-2, -1), keepdims=True)
         inv = jax.lax.rsqrt(jnp.mean(x * x, axis=(-2, -1), keepdims=True) + 1e-6)
         return x * self.scale[...].astype(jnp.float32).reshape(self.shape), inv
 
-    def __call__(self, x_BTVK: Float[Array, "B T Dv Dk"]) -> Float[Array, "B T Dv Dk"]:
-        h, inv = self._factors(x_BTVK)
-        return (h * inv).astype(x_BTVK.dtype)
+    def __call__(self, x_BTEM: Float[Array, "B T E M"]) -> Float[Array, "B T E M"]:
+        h, inv = self._factors(x_BTEM)
+        return (h * inv).astype(x_BTEM.dtype)
 
     def read(
-        self, x_BTVK: Float[Array, "B T Dv Dk"], keys_KR: Float[Array, "Dk R"]
-    ) -> Float[Array, "B T R Dv"]:
+        self, x_BTEM: Float[Array, "B T E M"], keys_MR: Float[Array, "M R"]
+    ) -> Float[Array, "B T R E"]:
         """``retrieve(Norm(X), keys)``, computed as ``retrieve(g * (X - mu), keys) * inv``."""
-        h, inv = self._factors(x_BTVK)
-        return (retrieve(h.astype(x_BTVK.dtype), keys_KR) * inv).astype(x_BTVK.dtype)
+        h, inv = self._factors(x_BTEM)
+        return (retrieve(h.astype(x_BTEM.dtype), keys_MR) * inv).astype(x_BTEM.dtype)
 
 
 def _write_keys(cfg: RMTConfig, rngs: nnx.Rngs) -> nnx.Param:
@@ -187,9 +186,9 @@ class RMTAttention(nnx.Module):
     """Multi-head attention whose q, k, v and outputs go through retrieval and storage keys."""
 
     def __init__(self, cfg: RMTConfig, layer: int, *, rngs: nnx.Rngs):
-        R, K = cfg.rank, cfg.d_key
+        R, M = cfg.rank, cfg.d_key
         self.norm = MatrixNorm(cfg, rngs=rngs)
-        self.read_qkv = _keys((3, K, R), weight_std(cfg.init, K), rngs, cfg.param_dtype)
+        self.read_qkv = _keys((3, M, R), weight_std(cfg.init, M), rngs, cfg.param_dtype)
         if cfg.query_zero_init:  # µP's zero query (Yang et al. 2021, App. D.2), as the code meant
             self.read_qkv[...] = self.read_qkv[...].at[0].set(0.0)
         self.write = _write_keys(cfg, rngs)
@@ -203,18 +202,18 @@ class RMTAttention(nnx.Module):
         self.ranks, self.normalize = cfg.attention_ranks, cfg.attention_normalize
         self.seq_len = cfg.seq_len
 
-    def __call__(self, x_BTVK, segment_ids):
-        C, K, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
-        keys_KC = jnp.swapaxes(self.read_qkv[...], 0, 1).reshape(K, C * R)
-        qkv_BTCRV = self.norm.read(x_BTVK, keys_KC).reshape(*x_BTVK.shape[:2], C, R, -1)
-        q_BTRV, k_BTRV, v_BTRV = qkv_BTCRV[:, :, 0], qkv_BTCRV[:, :, 1], qkv_BTCRV[:, :, 2]
+    def __call__(self, x_BTEM, segment_ids):
+        n_qkv, M, R = self.read_qkv.shape  # one retrieval of all 3R query/key/value vectors
+        read_keys = jnp.swapaxes(self.read_qkv[...], 0, 1).reshape(M, n_qkv * R)  # (M, 3R)
+        qkv_BT3RE = self.norm.read(x_BTEM, read_keys).reshape(*x_BTEM.shape[:2], n_qkv, R, -1)
+        q_BTRE, k_BTRE, v_BTRE = qkv_BT3RE[:, :, 0], qkv_BT3RE[:, :, 1], qkv_BT3RE[:, :, 2]
         if self.q_norm is not None:  # LMConfig.qk_norm: per-head LayerNorm of q and k
-            q_BTRV = self.q_norm(q_BTRV).astype(v_BTRV.dtype)
-            k_BTRV = self.k_norm(k_BTRV).astype(v_BTRV.dtype)
-        o_BTRV = attend(
-            q_BTRV,
-            k_BTRV,
-            v_BTRV,
+            q_BTRE = self.q_norm(q_BTRE).astype(v_BTRE.dtype)
+            k_BTRE = self.k_norm(k_BTRE).astype(v_BTRE.dtype)
+        o_BTRE = attend(
+            q_BTRE,
+            k_BTRE,
+            v_BTRE,
             segment_ids=segment_ids,
             alibi_slopes=self.slopes,
             scale=self.scale,
@@ -225,16 +224,16 @@ class RMTAttention(nnx.Module):
             normalize=self.normalize,
             seq_len=self.seq_len,
         )
-        return store(o_BTRV, self.write[...])
+        return store(o_BTRE, self.write[...])
 
 
 class RMTFeedForward(nnx.Module):
     """Retrieve R vectors, MLP over their concatenation, store the R output chunks."""
 
     def __init__(self, cfg: RMTConfig, *, rngs: nnx.Rngs):
-        R, K = cfg.rank, cfg.d_key
+        R, M = cfg.rank, cfg.d_key
         self.norm = MatrixNorm(cfg, rngs=rngs)
-        self.read = _keys((K, R), weight_std(cfg.init, K), rngs, cfg.param_dtype)
+        self.read = _keys((M, R), weight_std(cfg.init, M), rngs, cfg.param_dtype)
         self.mlp = MLP(
             cfg.width,
             cfg.d_ff,
@@ -245,11 +244,11 @@ class RMTFeedForward(nnx.Module):
         )
         self.write = _write_keys(cfg, rngs)
 
-    def __call__(self, x_BTVK):
-        B, T = x_BTVK.shape[:2]
-        y_BTRV = self.norm.read(x_BTVK, self.read[...])
-        out_BTD = self.mlp(y_BTRV.reshape(B, T, -1))
-        return store(out_BTD.reshape(y_BTRV.shape), self.write[...])
+    def __call__(self, x_BTEM):
+        B, T = x_BTEM.shape[:2]
+        y_BTRE = self.norm.read(x_BTEM, self.read[...])
+        out_BTD = self.mlp(y_BTRE.reshape(B, T, -1))
+        return store(out_BTD.reshape(y_BTRE.shape), self.write[...])
 
 
 class RMTLayer(nnx.Module):
@@ -257,12 +256,12 @@ class RMTLayer(nnx.Module):
         self.attn = RMTAttention(cfg, layer, rngs=rngs)
         self.ff = RMTFeedForward(cfg, rngs=rngs)
 
-    def __call__(self, x_BTVK, segment_ids):
-        x_BTVK = x_BTVK + self.attn(x_BTVK, segment_ids)
-        return x_BTVK + self.ff(x_BTVK)
+    def __call__(self, x_BTEM, segment_ids):
+        x_BTEM = x_BTEM + self.attn(x_BTEM, segment_ids)
+        return x_BTEM + self.ff(x_BTEM)
 
 
-class RMT(nnx.Module):
+class RMT(LanguageModel):
     """Residual Matrix Transformer LM: int tokens ``(B, T)`` → logits ``(B, T, V)`` (float32).
     Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`, in the
     embedding)."""
@@ -295,20 +294,26 @@ class RMT(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(
+    def hidden(
         self,
         tokens_BT: Int[Array, "B T"],
         *,
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T V"]:
+    ) -> Float[Array, "B T D"]:
+        """The residual matrix after the final norm, read out to vectors of ``width`` = rank x
+        d_value (the head's input, as the Transformer's final-normed ``d_model`` vectors are)."""
         cfg = self.cfg
         e_BTD = self.embed(tokens_BT, positions)  # checks the tokens (check_token_ids)
         B, T = tokens_BT.shape
-        x_BTVK = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
-        x_BTVK = constrain(x_BTVK, "batch", None, None, None)
+        x_BTEM = store(e_BTD.reshape(B, T, cfg.rank, cfg.d_value), self.store_embed[...])
+        x_BTEM = constrain(x_BTEM, "batch", None, None, None)
         segment_ids = segment_ids if cfg.document_mask else None
         for layer in self.layers:
-            x_BTVK = constrain(layer(x_BTVK, segment_ids), "batch", None, None, None)
-        y_BTRV = self.final_norm.read(x_BTVK, self.read_out[...])
-        return self.unembed(y_BTRV.reshape(B, T, cfg.width)).astype(jnp.float32)
+            x_BTEM = constrain(layer(x_BTEM, segment_ids), "batch", None, None, None)
+        y_BTRE = self.final_norm.read(x_BTEM, self.read_out[...])
+        return y_BTRE.reshape(B, T, cfg.width)
+
+    def logits_from_hidden(self, h_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+        """The unembedding, in float32."""
+        return self.unembed(h_BTD).astype(jnp.float32)

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxlab.core.scaling import PowerLawFit, fit_power_law, mean_sd
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.methods.rmt.config import RMTConfig
-from jaxlab.nn.transformer import TransformerConfig
 
 __all__ = [
     "MATCHED_RECIPE",
@@ -55,7 +55,7 @@ def matched_pair(
     """The transformer and RMT of core width ``width`` (= heads x head_dim), ``layers`` deep.
 
     ``recipe`` overrides :data:`MATCHED_RECIPE`, the fields both models take alike
-    (:class:`~jaxlab.nn.lm_config.LMConfig`: ``norm``, ``positions``, ``alibi``,
+    (:class:`~jaxlab.lm.config.LMConfig`: ``norm``, ``positions``, ``alibi``,
     ``layer_scaled_logits``, ``init``, ...); both configs get exactly the same values — every
     field of the shared base is equal — so that the pair differs in its residual stream only.
     """

@@ -20,8 +20,9 @@
   enhanced gradient, the per-column Adam, decoupled weight decay (on matrices, never on ``s`` nor
   the unit-norm singular vectors: :func:`decay_mask`), the learning rate, the projection.
   :func:`galore_adamw` is GaLore's (:mod:`jaxlab.methods.sst.galore`); LoRA and ReLoRA* train with
-  ``optax.adamw`` itself (ReLoRA*'s restarts of the rate: :func:`~jaxlab.methods.sst.hooks.
-  jagged_schedule`). Gradient clipping goes in front, as in any optax chain:
+  ``optax.adamw`` itself (ReLoRA*'s restarts of the rate:
+  :func:`~jaxlab.methods.sst.hooks.jagged_schedule`). Gradient clipping goes in front, as in any
+  optax chain:
   ``optax.chain(optax.clip_by_global_norm(c), sst_adamw(...))`` divides by ``s_i`` after the clip,
   so a small ``s_i`` cannot shrink the other gradients of the step through it (the paper does not
   state the order; this is jaxlab's choice).
@@ -190,10 +191,11 @@ def sst_adamw(
 
     The chain :func:`enhanced_gradient` (Sec. 4.2, Eq. 3), :func:`scale_by_column_adam`,
     decoupled weight decay on ``mask``, the learning rate, :func:`spectral_projection` (``s ≥ 0``,
-    unit-norm active columns). It finds every spectral layer (:class:`~jaxlab.nn.spectral.
-    Spectral`) by its parameter names and trains every other parameter with plain AdamW, so it
-    serves a whole model. ``update`` needs the parameters: ``tx.update(grads, state, params)``.
-    Put ``optax.clip_by_global_norm`` in front to clip the raw gradients (module docstring).
+    unit-norm active columns). It finds every spectral layer
+    (:class:`~jaxlab.nn.spectral.Spectral`) by its parameter names and trains every other
+    parameter with plain AdamW, so it serves a whole model. ``update`` needs the parameters:
+    ``tx.update(grads, state, params)``. Put ``optax.clip_by_global_norm`` in front to clip the raw
+    gradients (module docstring).
 
     Args:
       learning_rate: a number or an optax schedule.
@@ -222,10 +224,10 @@ def galore_adamw(
     weight_decay: float = 1e-4,
     mask: Any = decay_mask,
 ) -> optax.GradientTransformation:
-    """GaLore's optimizer (Zhao et al., ICML 2024, Algorithm 2): :func:`~jaxlab.methods.sst.
-    galore.scale_by_galore` (rank ``rank``, projector refreshed every ``update_every`` steps,
-    update scale ``scale``), then decoupled weight decay and the learning rate, as
-    :func:`sst_adamw`."""
+    """GaLore's optimizer (Zhao et al., ICML 2024, Algorithm 2):
+    :func:`~jaxlab.methods.sst.galore.scale_by_galore` (rank ``rank``, projector refreshed every
+    ``update_every`` steps, update scale ``scale``), then decoupled weight decay and the learning
+    rate, as :func:`sst_adamw`."""
     return optax.chain(
         scale_by_galore(rank, update_every, scale, b1=b1, b2=b2, eps=eps),
         optax.add_decayed_weights(weight_decay, mask=mask),

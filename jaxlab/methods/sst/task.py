@@ -1,6 +1,6 @@
 """Any jaxlab task trained with SST or one of its baselines, through the shared loop.
 
-:class:`LowRankTask` wraps a task (the language-modelling :class:`~jaxlab.nn.lm_task.LMTask`,
+:class:`LowRankTask` wraps a task (the language-modelling :class:`~jaxlab.lm.task.LMTask`,
 a regression task, ...) and changes only how its linear maps are trained, by
 :class:`~jaxlab.methods.sst.config.SSTConfig`: ``build_model`` converts the inner model's maps
 (spectral layers for ``sst``, LoRA layers for ``lora``/``relora``; ``full`` and ``galore`` keep

@@ -126,24 +126,24 @@ class ScoredAttention(nnx.Module):
 
     def __call__(
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
-    ) -> Float[Array, "B S D"]:
+    ) -> Float[Array, "B Q D"]:
         """The outputs of the last ``num_queries`` positions (all ``T`` by default): a model that
         reads only the last token's output (the recall probe) skips the other rows' logits."""
         B, T, D = x_BTD.shape
-        S = T if num_queries is None else num_queries
-        s_BHST = self.score(x_BTD, num_queries)
-        s_BHST = s_BHST.astype(accumulation_dtype(s_BHST))  # float32, float64 for float64 input
-        causal_ST = jnp.arange(T)[None, :] <= jnp.arange(T - S, T)[:, None]
-        p_BHST = jax.nn.softmax(jnp.where(causal_ST, s_BHST, _MASK_VALUE), axis=-1)
+        Q = T if num_queries is None else num_queries
+        s_BHQT = self.score(x_BTD, num_queries)
+        s_BHQT = s_BHQT.astype(accumulation_dtype(s_BHQT))  # float32, float64 for float64 input
+        causal_QT = jnp.arange(T)[None, :] <= jnp.arange(T - Q, T)[:, None]
+        p_BHQT = jax.nn.softmax(jnp.where(causal_QT, s_BHQT, _MASK_VALUE), axis=-1)
         v_BTHE = self.v(x_BTD).reshape(B, T, self.num_heads, D // self.num_heads)
-        o_BSHE = jnp.einsum("bhst,bthe->bshe", p_BHST, v_BTHE)
-        return self.out(o_BSHE.reshape(B, S, D))
+        o_BQHE = jnp.einsum("bhqt,bthe->bqhe", p_BHQT, v_BTHE)
+        return self.out(o_BQHE.reshape(B, Q, D))
 
     def flops(self, T: int, num_queries: int | None = None) -> float:
         """Forward FLOPs of one sequence: scores, the value map (``T`` rows), the value sum and
-        the output map (``S = num_queries`` rows, ``T`` by default)."""
-        D, S = self.v.d_in, T if num_queries is None else num_queries
-        return self.score.flops(T, num_queries) + 2 * (T + S) * D * D + 2 * S * T * D
+        the output map (``Q = num_queries`` rows, ``T`` by default)."""
+        D, Q = self.v.d_in, T if num_queries is None else num_queries
+        return self.score.flops(T, num_queries) + 2 * (T + Q) * D * D + 2 * Q * T * D
 
 
 class _Block(nnx.Module):
@@ -174,10 +174,10 @@ class ICLTransformer(nnx.Module):
         self.final_norm = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
         self.read_out = dense(D, 1, std=D**-0.5, rngs=rngs)
 
-    def __call__(self, xs_BND: Float[Array, "B N d"], ys_BN: Float[Array, "B N"]):
-        B, N, d = xs_BND.shape
-        y_tokens_BND = jnp.zeros_like(xs_BND).at[..., 0].set(ys_BN)
-        z_BTd = jnp.stack([xs_BND, y_tokens_BND], axis=2).reshape(B, 2 * N, d)
+    def __call__(self, xs_BNd: Float[Array, "B N d"], ys_BN: Float[Array, "B N"]):
+        B, N, d = xs_BNd.shape
+        y_tokens_BNd = jnp.zeros_like(xs_BNd).at[..., 0].set(ys_BN)
+        z_BTd = jnp.stack([xs_BNd, y_tokens_BNd], axis=2).reshape(B, 2 * N, d)
         h_BTD = self.read_in(z_BTd) + self.positions[: 2 * N]
         for block in self.blocks:
             h_BTD = block(h_BTD)

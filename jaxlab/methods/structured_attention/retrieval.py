@@ -46,11 +46,11 @@ class RetrievalModel(nnx.Module):
 
     def __call__(
         self,
-        xs_BND: Float[Array, "B N d"],
+        xs_BNd: Float[Array, "B N d"],
         ys_BN: Float[Array, "B N"],
         query_Bd: Float[Array, "B d"],
     ) -> Float[Array, " B"]:
-        pairs_BNd = jnp.concatenate([xs_BND, ys_BN[..., None]], axis=-1)
+        pairs_BNd = jnp.concatenate([xs_BNd, ys_BN[..., None]], axis=-1)
         q_B1d = jnp.concatenate([query_Bd, jnp.zeros_like(query_Bd[:, :1])], axis=-1)[:, None]
         h_BTD = self.read_in(jnp.concatenate([pairs_BNd, q_B1d], axis=1))
         # Only the query (last) token's output is read, so only its row of logits is computed.

@@ -1,7 +1,7 @@
 """Attention scoring functions: standard dot product, bilinear BTT and bilinear MLR.
 
 Kuang et al., "Customizing the Inductive Biases of Softmax Attention using Structured Matrices",
-ICML 2025. A scoring function maps a sequence ``x_BTD`` to logits ``s_BHTS``; softmax and the value
+ICML 2025. A scoring function maps a sequence ``x_BTD`` to logits ``s_BHQT``; softmax and the value
 sum are shared (:class:`jaxlab.methods.structured_attention.icl_model.ScoredAttention`). Standard
 attention scores ``x^T W_Q W_K^T x'`` with ``W_Q, W_K`` of rank ``d_head`` (Sec. 2), which loses
 information when the inputs are high-dimensional (``d_head < d``). The paper replaces the low-rank
@@ -108,22 +108,22 @@ class DotProductScore(nnx.Module):
 
     def __call__(
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
-    ) -> Float[Array, "B H S T"]:
+    ) -> Float[Array, "B H Q T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
         _check_input("DotProductScore", x_BTD, self.q.d_in, num_queries)
         B, T, _ = x_BTD.shape
-        S = T if num_queries is None else num_queries
-        q_BSHE = self.q(x_BTD[:, T - S :]).reshape(B, S, self.num_heads, self.head_dim)
+        Q = T if num_queries is None else num_queries
+        q_BQHE = self.q(x_BTD[:, T - Q :]).reshape(B, Q, self.num_heads, self.head_dim)
         k_BTHE = self.k(x_BTD).reshape(B, T, self.num_heads, self.head_dim)
         if self.q_norm is not None:
-            q_BSHE, k_BTHE = self.q_norm(q_BSHE), self.k_norm(k_BTHE)
-        return jnp.einsum("bshe,bthe->bhst", q_BSHE, k_BTHE) * self.scale
+            q_BQHE, k_BTHE = self.q_norm(q_BQHE), self.k_norm(k_BTHE)
+        return jnp.einsum("bqhe,bthe->bhqt", q_BQHE, k_BTHE) * self.scale
 
     def flops(self, T: int, num_queries: int | None = None) -> float:
         """Forward FLOPs of one sequence: the ``D x D`` query and key projections and the
-        ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
-        D, S = self.q.d_in, T if num_queries is None else num_queries
-        return 2 * (S + T) * D * D + 2 * S * T * D
+        ``Q x T`` logits (``Q = num_queries``, ``T`` by default)."""
+        D, Q = self.q.d_in, T if num_queries is None else num_queries
+        return 2 * (Q + T) * D * D + 2 * Q * T * D
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``c W_Q^h W_K^h^T`` per head (rank ``d_head``; the scores without ``qk_norm``)."""
@@ -170,20 +170,20 @@ class BilinearBTTScore(nnx.Module):
         :meth:`_keys_per_head` is the per-head form it equals. (A single einsum with the head as
         a free axis was slower on CPU than either.)"""
         B, T, D = x_BTD.shape
-        H, M = len(self.maps), B * T
+        H, X = len(self.maps), B * T
         n1, n2, m2, m1, s = self.maps[0].shape
         dtype = accumulation_dtype(x_BTD)
         cores = [m.cores(dtype) for m in self.maps]
-        r_HJNKA = jnp.stack([r for r, _ in cores])
-        l_HJAKM = jnp.stack([left for _, left in cores])
-        x_JMN = x_BTD.astype(dtype).reshape(M, n1, n2).transpose(1, 0, 2)
-        r_JNX = r_HJNKA.transpose(1, 2, 0, 3, 4).reshape(n1, n2, H * m2 * s)  # X = (h, k, a)
-        y_JMX = jnp.einsum("jmn,jnx->jmx", x_JMN, r_JNX)  # first stage, per input block
-        # regroup: G = (h, k) output groups, C = (j, a) their inputs
-        y_GMC = y_JMX.reshape(n1, M, H * m2, s).transpose(2, 1, 0, 3).reshape(H * m2, M, n1 * s)
-        l_GCQ = l_HJAKM.transpose(0, 3, 1, 2, 4).reshape(H * m2, n1 * s, m1)
-        z_GMQ = jnp.einsum("gmc,gcq->gmq", y_GMC, l_GCQ)  # second stage, per output block
-        k_BTHD = z_GMQ.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 1, 4).reshape(B, T, H, D)
+        r_HJIUR = jnp.stack([r for r, _ in cores])
+        l_HJRUO = jnp.stack([left for _, left in cores])
+        x_JXI = x_BTD.astype(dtype).reshape(X, n1, n2).transpose(1, 0, 2)
+        r_flat = r_HJIUR.transpose(1, 2, 0, 3, 4).reshape(n1, n2, H * m2 * s)  # (J, I, H·U·R)
+        y_flat = jnp.einsum("jmn,jnx->jmx", x_JXI, r_flat)  # first stage, per input block
+        # regroup into (h, u) output groups, each with its (j, r) inputs
+        y_grp = y_flat.reshape(n1, X, H * m2, s).transpose(2, 1, 0, 3).reshape(H * m2, X, n1 * s)
+        l_grp = l_HJRUO.transpose(0, 3, 1, 2, 4).reshape(H * m2, n1 * s, m1)  # (H·U, J·R, O)
+        z_grp = jnp.einsum("gmc,gcq->gmq", y_grp, l_grp)  # second stage, (H·U, X, O)
+        k_BTHD = z_grp.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 1, 4).reshape(B, T, H, D)
         if not self.qk_norm:
             return k_BTHD
         # The heads' LayerNorms at once: the same statistics as nnx.LayerNorm, one scale per head.
@@ -202,21 +202,21 @@ class BilinearBTTScore(nnx.Module):
 
     def __call__(
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
-    ) -> Float[Array, "B H S T"]:
+    ) -> Float[Array, "B H Q T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
         _check_input("BilinearBTTScore", x_BTD, self.d_model, num_queries)
         T = x_BTD.shape[1]
-        S = T if num_queries is None else num_queries
+        Q = T if num_queries is None else num_queries
         k_BTHD = self._keys(x_BTD)
-        return jnp.einsum("bsd,bthd->bhst", x_BTD[:, T - S :], k_BTHD) * self.scale
+        return jnp.einsum("bqd,bthd->bhqt", x_BTD[:, T - Q :], k_BTHD) * self.scale
 
     def flops(self, T: int, num_queries: int | None = None) -> float:
         """Forward FLOPs of one sequence: the BTT maps of the ``T`` keys (two stages) and ``H``
-        full-width ``S x T`` logits (``S = num_queries``, ``T`` by default)."""
+        full-width ``Q x T`` logits (``Q = num_queries``, ``T`` by default)."""
         n1, n2, m2, m1, s = self.maps[0].shape
-        S = T if num_queries is None else num_queries
+        Q = T if num_queries is None else num_queries
         per_token = 2 * s * (self.d_model * m2 + n1 * self.d_model)
-        return len(self.maps) * (T * per_token + 2 * S * T * self.d_model)
+        return len(self.maps) * (T * per_token + 2 * Q * T * self.d_model)
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
         """``M_h`` with ``scores = x^T M_h x'`` when ``qk_norm=False`` (BTT_h is ``x' @ W``, so
@@ -293,35 +293,35 @@ class BilinearMLRScore(nnx.Module):
     def _project(self, x_BTD, w, level, r):
         B, T, D = x_BTD.shape
         p = 2**level
-        x_BTPI = x_BTD.reshape(B, T, p, D // p)
-        w_PIHR = self._factor(w, level, r).reshape(p, D // p, self.num_heads, r)
-        y_BTHRP = jnp.einsum("btpi,pihr->bthrp", x_BTPI, w_PIHR)
-        return y_BTHRP.reshape(B, T, self.num_heads, r * p)
+        x_BTJI = x_BTD.reshape(B, T, p, D // p)
+        w_JIHR = self._factor(w, level, r).reshape(p, D // p, self.num_heads, r)
+        y_BTHRJ = jnp.einsum("btji,jihr->bthrj", x_BTJI, w_JIHR)
+        return y_BTHRJ.reshape(B, T, self.num_heads, r * p)
 
     def __call__(
         self, x_BTD: Float[Array, "B T D"], num_queries: int | None = None
-    ) -> Float[Array, "B H S T"]:
+    ) -> Float[Array, "B H Q T"]:
         """Logits of the last ``num_queries`` positions (all ``T`` by default) against all keys."""
         _check_input("BilinearMLRScore", x_BTD, self.d_model, num_queries)
         T = x_BTD.shape[1]
-        xq_BSD = x_BTD if num_queries is None else x_BTD[:, T - num_queries :]
+        xq_BQD = x_BTD if num_queries is None else x_BTD[:, T - num_queries :]
         total = 0.0
         for level, r in enumerate(self.ranks):
-            q = self._project(xq_BSD, self.wq[level], level, r)
+            q = self._project(xq_BQD, self.wq[level], level, r)
             k = self._project(x_BTD, self.wk[level], level, r)
             if self.qk_norm:
                 q, k = self.norms_q[level](q), self.norms_k[level](k)
-            total = total + jnp.einsum("bshe,bthe->bhst", q, k) * self._scale(level, r)
+            total = total + jnp.einsum("bqhe,bthe->bhqt", q, k) * self._scale(level, r)
         return total
 
     def flops(self, T: int, num_queries: int | None = None) -> float:
         """Forward FLOPs of one sequence: the level projections (``2 D sum r_l`` per head and
-        token, ``S`` queries and ``T`` keys) and the logits (``2 sum_l r_l 2^l`` per pair and
-        head; ``S = num_queries``, ``T`` by default)."""
+        token, ``Q`` queries and ``T`` keys) and the logits (``2 sum_l r_l 2^l`` per pair and
+        head; ``Q = num_queries``, ``T`` by default)."""
         H, D = self.num_heads, self.d_model
-        S = T if num_queries is None else num_queries
-        proj = 2 * (S + T) * D * H * sum(self.ranks)
-        logits = 2 * S * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
+        Q = T if num_queries is None else num_queries
+        proj = 2 * (Q + T) * D * H * sum(self.ranks)
+        logits = 2 * Q * T * H * sum(r * 2**lv for lv, r in enumerate(self.ranks))
         return proj + logits
 
     def dense_matrices(self) -> Float[Array, "H D D"]:
@@ -333,8 +333,8 @@ class BilinearMLRScore(nnx.Module):
             p, size = 2**level, D // 2**level
             wq = self._factor(self.wq[level], level, r).reshape(p, size, H, r)
             wk = self._factor(self.wk[level], level, r).reshape(p, size, H, r)
-            blocks_PHIJ = jnp.einsum("pihr,pjhr->phij", wq, wk) * self._scale(level, r)
+            blocks_JHIO = jnp.einsum("jihr,johr->jhio", wq, wk) * self._scale(level, r)
             for b in range(p):
                 sl = slice(b * size, (b + 1) * size)
-                m = m.at[:, sl, sl].add(blocks_PHIJ[b])
+                m = m.at[:, sl, sl].add(blocks_JHIO[b])
         return m

@@ -77,20 +77,20 @@ def mass_schedule(step, alpha, ramp_steps) -> Float[Array, ""]:
     return 0.01 + (alpha - 0.01) * frac
 
 
-def check_labels(y: Int[Array, " S"], num_classes: int, name: str = "y_s") -> None:
+def check_labels(y: Int[Array, " Ns"], num_classes: int, name: str = "y_s") -> None:
     """A one-line ConfigError for concrete labels that are not integers in ``[0, num_classes)``
     (:func:`jaxlab.core.checks.check_ids`; traced ones: see the module docstring)."""
     check_ids(y, num_classes, name=name, table=f"the {num_classes} classes of the logits")
 
 
 def ground_cost(
-    z_s: Float[Array, "S F"],
-    z_t: Float[Array, "T F"],
-    logp_t: Float[Array, "T C"],
-    y_s: Int[Array, " S"],
+    z_s: Float[Array, "Ns F"],
+    z_t: Float[Array, "Nt F"],
+    logp_t: Float[Array, "Nt L"],
+    y_s: Int[Array, " Ns"],
     eta1,
     eta2,
-) -> Float[Array, "S T"]:
+) -> Float[Array, "Ns Nt"]:
     """``M_ij = η1 ‖z_s_i - z_t_j‖ + η2 (-log p(y_i | x̃_j))`` (paper Sec. 5).
 
     Raises:
@@ -150,7 +150,7 @@ class WarmpotTerms(NamedTuple):
         (:func:`jaxlab.core.checks.ids_in_range`).
     """
 
-    weights: Float[Array, " S"]
+    weights: Float[Array, " Ns"]
     plan: PartialOTOutput
     ce: Float[Array, ""]
     transport: Float[Array, ""]
@@ -159,11 +159,11 @@ class WarmpotTerms(NamedTuple):
 
 
 def warmpot_loss(
-    z_s: Float[Array, "S F"],
-    logits_s: Float[Array, "S C"],
-    y_s: Int[Array, " S"],
-    z_t: Float[Array, "T F"],
-    logits_t: Float[Array, "T C"],
+    z_s: Float[Array, "Ns F"],
+    logits_s: Float[Array, "Ns L"],
+    y_s: Int[Array, " Ns"],
+    z_t: Float[Array, "Nt F"],
+    logits_t: Float[Array, "Nt L"],
     *,
     mass,
     beta,
@@ -173,7 +173,7 @@ def warmpot_loss(
     eta3,
     entropy=0.0,
     plan_share=1.0,
-    weights: Float[Array, " S"] | None = None,
+    weights: Float[Array, " Ns"] | None = None,
     tol: float = 1e-6,
     max_iter: int = 2000,
 ) -> tuple[Float[Array, ""], WarmpotTerms]:
@@ -197,8 +197,8 @@ def warmpot_loss(
       eta1, eta2, eta3: weights of the feature distance, the label cost and the transport term.
       entropy: λ_H, the weight of the target prediction entropy.
       plan_share, weights: the source weights (above); ``weights`` need not be normalised.
-      tol, max_iter: the partial-OT solver's tolerance and budget (:func:`~jaxlab.ot.partial.
-        partial_ot`).
+      tol, max_iter: the partial-OT solver's tolerance and budget
+        (:func:`~jaxlab.ot.partial.partial_ot`).
 
     Returns:
       ``(loss, terms)`` with :class:`WarmpotTerms`.

@@ -27,10 +27,10 @@ class Network(nnx.Module):
     def features(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B F"]:
         return jax.nn.relu(self.f2(jax.nn.relu(self.f1(x_BD))))
 
-    def classify(self, z_BF: Float[Array, "B F"]) -> Float[Array, "B C"]:
+    def classify(self, z_BF: Float[Array, "B F"]) -> Float[Array, "B L"]:
         return self.g(z_BF)
 
-    def __call__(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B C"]:
+    def __call__(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B L"]:
         return self.classify(self.features(x_BD))
 
 
@@ -51,8 +51,8 @@ class Head(nnx.Module):
     def features(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B F"]:
         return jax.nn.relu(self.f1(x_BD))
 
-    def classify(self, z_BF: Float[Array, "B F"]) -> Float[Array, "B C"]:
+    def classify(self, z_BF: Float[Array, "B F"]) -> Float[Array, "B L"]:
         return self.g(z_BF)
 
-    def __call__(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B C"]:
+    def __call__(self, x_BD: Float[Array, "B D"]) -> Float[Array, "B L"]:
         return self.classify(self.features(x_BD))

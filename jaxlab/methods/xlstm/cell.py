@@ -3,7 +3,7 @@
 Beck et al., "xLSTM: Extended Long Short-Term Memory" (NeurIPS 2024), Sec. 2.3 / App. A.3, and
 "xLSTM 7B" (ICML 2025), Sec. 2 and App. A. Per head, with ``q~ = q / sqrt(Dqk)``, input-gate
 pre-activation ``i_t``, log forget gate ``lf_t = log sigmoid(f_t)`` and state ``(C, n, m)``
-(``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar):
+(``C``: Dqk x Dv, ``n``: Dqk, ``m`` the max stabiliser, a scalar)::
 
     m_t = max(lf_t + m_{t-1}, i_t)                                   (7B paper, Sec. 2)
     C_t = exp(lf_t + m_{t-1} - m_t) C_{t-1} + exp(i_t - m_t) k_t v_tᵀ
@@ -74,8 +74,8 @@ class MLSTMState(NamedTuple):
     """Recurrent state of one mLSTM layer: ``C`` (B, H, Dk, Dv), ``n`` (B, H, Dk), ``m`` (B, H),
     all in the cell's accumulation dtype (float32 at least)."""
 
-    C: Float[Array, "B H Dk Dv"]
-    n: Float[Array, "B H Dk"]
+    C: Float[Array, "B H M E"]
+    n: Float[Array, "B H M"]
     m: Float[Array, "B H"]
 
 
@@ -110,14 +110,14 @@ def _normalise(num, den, m, eps):
 
 def mlstm_step(
     state: MLSTMState,
-    q: Float[Array, "B H Dk"],
-    k: Float[Array, "B H Dk"],
-    v: Float[Array, "B H Dv"],
+    q: Float[Array, "B H M"],
+    k: Float[Array, "B H M"],
+    v: Float[Array, "B H E"],
     i: Float[Array, "B H"],
     f: Float[Array, "B H"],
     *,
     eps: float = 1e-6,
-) -> tuple[Float[Array, "B H Dv"], MLSTMState]:
+) -> tuple[Float[Array, "B H E"], MLSTMState]:
     """One token of the recurrence (module docstring; 7B paper Sec. 2): ``(h_t, state_t)``.
 
     The inputs are one time step of :func:`mlstm`'s ``(B, T, H, D)`` sequences (``x[:, t]``). This
@@ -150,7 +150,7 @@ def _step(state, q, k, v, i, f, eps):
     )
     n = decay[..., None] * state.n + inp[..., None] * k
     q = q * q.shape[-1] ** -0.5
-    h = _normalise(jnp.einsum("bhkv,bhk->bhv", C, q), jnp.einsum("bhk,bhk->bh", n, q), m, eps)
+    h = _normalise(jnp.einsum("bhme,bhm->bhe", C, q), jnp.einsum("bhm,bhm->bh", n, q), m, eps)
     return h, MLSTMState(C, n, m)
 
 
@@ -160,18 +160,18 @@ def _recurrent(q, k, v, i, f, state, eps):
         return state, h
 
     xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v, i, f))
-    state, h_SBHV = jax.lax.scan(body, state, xs)
-    return jnp.moveaxis(h_SBHV, 0, 2), state
+    state, h_TBHE = jax.lax.scan(body, state, xs)
+    return jnp.moveaxis(h_TBHE, 0, 2), state
 
 
-def _decay_matrix(lf_BHS: Array) -> Array:
+def _decay_matrix(lf_BHT: Array) -> Array:
     """``out[..., t, s] = sum_{j in (s, t]} lf_j`` for ``s <= t`` (0 on the diagonal), ``NEG``
     above it: a cumulative sum down each column of the strictly-lower-masked ``lf``, so each entry
     sums only its own terms (no cancellation between two long prefix sums)."""
-    S = lf_BHS.shape[-1]
-    t, s = jnp.arange(S)[:, None], jnp.arange(S)[None, :]
-    masked_BHSS = jnp.where(t > s, lf_BHS[..., :, None], 0.0)
-    return jnp.where(t >= s, jnp.cumsum(masked_BHSS, axis=-2), NEG)
+    T = lf_BHT.shape[-1]
+    t, s = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
+    masked_BHTS = jnp.where(t > s, lf_BHT[..., :, None], 0.0)
+    return jnp.where(t >= s, jnp.cumsum(masked_BHTS, axis=-2), NEG)
 
 
 def _parallel_with_state(q, k, v, i, lf, state, eps):
@@ -179,17 +179,17 @@ def _parallel_with_state(q, k, v, i, lf, state, eps):
     state's term, with log weight ``L_t + m_0`` (module docstring). Returns ``h`` and ``m_t``."""
     dt = state.C.dtype
     q = q * q.shape[-1] ** -0.5
-    D_BHSS = _decay_matrix(lf) + i[..., None, :]
-    L_BHS = jnp.cumsum(lf, axis=-1)  # within a chunk or a test sequence: short sums
-    init_BHS = L_BHS + state.m[..., None]
-    m_BHS = jnp.maximum(jnp.max(D_BHSS, axis=-1), init_BHS)
-    W_BHSS = jnp.exp(D_BHSS - m_BHS[..., None]) * jnp.einsum("bhtk,bhsk->bhts", q, k)
-    w0_BHS = jnp.exp(init_BHS - m_BHS)
-    num = jnp.einsum("bhts,bhsv->bhtv", W_BHSS, v) + w0_BHS[..., None] * jnp.einsum(
-        "bhtk,bhkv->bhtv", q, state.C
+    D_BHTS = _decay_matrix(lf) + i[..., None, :]
+    L_BHT = jnp.cumsum(lf, axis=-1)  # within a chunk or a test sequence: short sums
+    init_BHT = L_BHT + state.m[..., None]
+    m_BHT = jnp.maximum(jnp.max(D_BHTS, axis=-1), init_BHT)
+    W_BHTS = jnp.exp(D_BHTS - m_BHT[..., None]) * jnp.einsum("bhtm,bhsm->bhts", q, k)
+    w0_BHT = jnp.exp(init_BHT - m_BHT)
+    num = jnp.einsum("bhts,bhse->bhte", W_BHTS, v) + w0_BHT[..., None] * jnp.einsum(
+        "bhtm,bhme->bhte", q, state.C
     )
-    den = jnp.sum(W_BHSS, axis=-1) + w0_BHS * jnp.einsum("bhtk,bhk->bht", q, state.n)
-    return _normalise(num, den, m_BHS, eps).astype(dt), m_BHS
+    den = jnp.sum(W_BHTS, axis=-1) + w0_BHT * jnp.einsum("bhtm,bhm->bht", q, state.n)
+    return _normalise(num, den, m_BHT, eps).astype(dt), m_BHT
 
 
 def _final_state(k, v, i, lf, state):
@@ -202,8 +202,8 @@ def _final_state(k, v, i, lf, state):
     m = jnp.maximum(g_BH + state.m, jnp.max(logw_BHS, axis=-1))
     w_BHS = jnp.exp(logw_BHS - m[..., None])
     decay = jnp.exp(g_BH + state.m - m)
-    C = decay[..., None, None] * state.C + jnp.einsum("bhs,bhsk,bhsv->bhkv", w_BHS, k, v)
-    n = decay[..., None] * state.n + jnp.einsum("bhs,bhsk->bhk", w_BHS, k)
+    C = decay[..., None, None] * state.C + jnp.einsum("bhs,bhsm,bhse->bhme", w_BHS, k, v)
+    n = decay[..., None] * state.n + jnp.einsum("bhs,bhsm->bhm", w_BHS, k)
     return MLSTMState(C, n, m)
 
 
@@ -217,14 +217,14 @@ def _parallel(q, k, v, i, f, state, eps):
 
 
 def mlstm_parallel(
-    q: Float[Array, "B T H Dk"],
-    k: Float[Array, "B T H Dk"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     i: Float[Array, "B T H"],
     f: Float[Array, "B T H"],
     state: MLSTMState | tuple | None = None,
     eps: float = 1e-6,
-) -> tuple[Float[Array, "B T H Dv"], MLSTMState]:
+) -> tuple[Float[Array, "B T H E"], MLSTMState]:
     """The quadratic (parallel) form: ``mlstm(..., form="parallel", return_state=True)``."""
     return mlstm(q, k, v, i, f, form="parallel", initial_state=state, return_state=True, eps=eps)
 
@@ -315,9 +315,9 @@ def _check_inputs(q, k, v, i, f) -> None:
 
 
 def mlstm(
-    q: Float[Array, "B T H Dk"],
-    k: Float[Array, "B T H Dk"],
-    v: Float[Array, "B T H Dv"],
+    q: Float[Array, "B T H M"],
+    k: Float[Array, "B T H M"],
+    v: Float[Array, "B T H E"],
     i: Float[Array, "B T H"],
     f: Float[Array, "B T H"],
     *,
@@ -326,7 +326,7 @@ def mlstm(
     initial_state: MLSTMState | tuple | None = None,
     return_state: bool = False,
     eps: float = 1e-6,
-) -> Float[Array, "B T H Dv"] | tuple[Float[Array, "B T H Dv"], MLSTMState]:
+) -> Float[Array, "B T H E"] | tuple[Float[Array, "B T H E"], MLSTMState]:
     """The mLSTM cell over a sequence (module docstring for the equations and forms).
 
     Sequences are ``(B, T, H, D)`` (batch, time, heads, features), as in

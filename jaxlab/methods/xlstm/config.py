@@ -28,8 +28,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxlab.core.config import check
+from jaxlab.lm.config import LMConfig, NormName
 from jaxlab.methods.xlstm.cell import CellForm
-from jaxlab.nn.lm_config import LMConfig, NormName
 
 __all__ = ["xLSTMConfig"]
 
@@ -42,7 +42,7 @@ def round_up(x: float, multiple: int) -> int:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class xLSTMConfig(LMConfig):  # noqa: N801  (the paper's spelling)
     """Shape and options of :class:`jaxlab.methods.xlstm.xLSTM` (common fields:
-    :class:`~jaxlab.nn.lm_config.LMConfig`).
+    :class:`~jaxlab.lm.config.LMConfig`).
 
     Attributes:
       d_model: embedding width E.

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from flax import nnx
 
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.model import xLSTM
 from jaxlab.nn.layers import non_embedding_params
-from jaxlab.nn.transformer import TransformerConfig
 
 __all__ = ["matched_transformer"]
 

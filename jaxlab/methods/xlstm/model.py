@@ -52,6 +52,7 @@ from jaxtyping import Array, Float, Int
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import constrain
+from jaxlab.lm.model import LanguageModel
 from jaxlab.methods.xlstm.cell import NEG, MLSTMState, mlstm, mlstm_step, zero_state
 from jaxlab.methods.xlstm.config import xLSTMConfig
 from jaxlab.methods.xlstm.norm import MultiHeadNorm
@@ -112,13 +113,13 @@ class InitStds(NamedTuple):
 def init_stds(cfg: xLSTMConfig) -> InitStds:
     """The init of every matrix: the shared rule of :mod:`jaxlab.nn.init` for ``gpt2`` and
     ``fan_in``; for ``authors`` the xlstm-jax 7B recipe (config docstring): small init
-    ``sqrt(2 / (5 E))`` for the embedding, the unembedding and the maps into the blocks, Wang init
-    ``2 / (L sqrt(E))`` for the two maps that end a residual branch, zero gate kernels."""
-    E, L = cfg.d_model, cfg.num_layers
+    ``sqrt(2 / (5 D))`` for the embedding, the unembedding and the maps into the blocks, Wang init
+    ``2 / (L sqrt(D))`` for the two maps that end a residual branch, zero gate kernels."""
+    D, L = cfg.d_model, cfg.num_layers
     if cfg.init == "authors":
-        small, wang = (2 / (5 * E)) ** 0.5, 2 / (L * E**0.5)
+        small, wang = (2 / (5 * D)) ** 0.5, 2 / (L * D**0.5)
         return InitStds(small, small, small, 0.0, 0.0, wang, wang)
-    std_in = weight_std(cfg.init, E)
+    std_in = weight_std(cfg.init, D)
     return InitStds(
         embed=EMBEDDING_STD,
         unembed=unembedding_std(cfg.init),
@@ -138,7 +139,7 @@ def _rmsnorm(dim: int, cfg: xLSTMConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
 
 
 class HeadGates(nnx.Module):
-    """Per-head scalar gate pre-activations ``x W + b`` (E -> NH), soft-capped; parameters and
+    """Per-head scalar gate pre-activations ``x W + b`` (D -> H), soft-capped; parameters and
     product in float32 (float64 for a float64 model)."""
 
     def __init__(self, d, heads, bias: np.ndarray, std: float, cap: float, param_dtype, rngs):
@@ -148,9 +149,9 @@ class HeadGates(nnx.Module):
         self.bias = nnx.Param(jnp.asarray(bias, dtype))
         self.cap = cap
 
-    def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T NH"]:
-        acc = _acc(x_BTE.dtype)
-        pre_BTH = x_BTE.astype(acc) @ self.kernel[...].astype(acc) + self.bias[...].astype(acc)
+    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T H"]:
+        acc = _acc(x_BTD.dtype)
+        pre_BTH = x_BTD.astype(acc) @ self.kernel[...].astype(acc) + self.bias[...].astype(acc)
         return soft_cap(pre_BTH, self.cap)
 
 
@@ -158,49 +159,49 @@ class mLSTMLayer(nnx.Module):  # noqa: N801
     """q, k, v, gates, the mLSTM cell, per-head norm, output gate, out projection (Sec. 3.1)."""
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
-        E, NH, qk, v = cfg.d_model, cfg.num_heads, cfg.qk_dim, cfg.v_dim
+        D, H, qk, v = cfg.d_model, cfg.num_heads, cfg.qk_dim, cfg.v_dim
         linear, std = cfg.linear_factory(), init_stds(cfg)
-        self.q = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
-        self.k = linear(E, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
-        self.v = linear(E, v, std=std.proj, axes=("embed", "heads"), rngs=rngs)
-        self.ogate = linear(E, v, std=std.ogate, axes=("embed", "heads"), rngs=rngs)
-        self.out = linear(v, E, std=std.mlstm_out, axes=("heads", "embed"), rngs=rngs)
-        cap, pd, i_bias = cfg.gate_soft_cap, cfg.param_dtype, np.full(NH, cfg.igate_bias)
-        self.igate = HeadGates(E, NH, i_bias, std.gates, cap, pd, rngs)
-        f_bias = np.linspace(*cfg.fgate_bias_range, NH)
-        self.fgate = HeadGates(E, NH, f_bias, std.gates, cap, pd, rngs)
-        self.norm = MultiHeadNorm(NH, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
-        self.heads, self.dk, self.dv = NH, cfg.qk_head_dim, cfg.v_head_dim
+        self.q = linear(D, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.k = linear(D, qk, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.v = linear(D, v, std=std.proj, axes=("embed", "heads"), rngs=rngs)
+        self.ogate = linear(D, v, std=std.ogate, axes=("embed", "heads"), rngs=rngs)
+        self.out = linear(v, D, std=std.mlstm_out, axes=("heads", "embed"), rngs=rngs)
+        cap, pd, i_bias = cfg.gate_soft_cap, cfg.param_dtype, np.full(H, cfg.igate_bias)
+        self.igate = HeadGates(D, H, i_bias, std.gates, cap, pd, rngs)
+        f_bias = np.linspace(*cfg.fgate_bias_range, H)
+        self.fgate = HeadGates(D, H, f_bias, std.gates, cap, pd, rngs)
+        self.norm = MultiHeadNorm(H, cfg.v_head_dim, cfg.norm_eps, cfg.param_dtype, rngs)
+        self.heads, self.dk, self.dv = H, cfg.qk_head_dim, cfg.v_head_dim
         self.form, self.chunk_size, self.eps = cfg.cell_form, cfg.chunk_size, cfg.cell_eps
 
     def __call__(
         self,
-        x_BTE: Float[Array, "B T E"],
+        x_BTD: Float[Array, "B T D"],
         reset_BT: Array,
         state: MLSTMState | None = None,
-    ) -> tuple[Float[Array, "B T E"], MLSTMState]:
-        B, T, _ = x_BTE.shape
+    ) -> tuple[Float[Array, "B T D"], MLSTMState]:
+        B, T, _ = x_BTD.shape
 
-        def heads(y, d):  # (B, T, NH*d) -> (B, T, NH, d), the cell's layout
+        def heads(y, d):  # (B, T, H*d) -> (B, T, H, d), the cell's layout
             return y.reshape(B, T, self.heads, d)
 
-        q, k = heads(self.q(x_BTE), self.dk), heads(self.k(x_BTE), self.dk)
-        v = heads(self.v(x_BTE), self.dv)
-        i_BTH = self.igate(x_BTE)
+        q, k = heads(self.q(x_BTD), self.dk), heads(self.k(x_BTD), self.dk)
+        v = heads(self.v(x_BTD), self.dv)
+        i_BTH = self.igate(x_BTD)
         # A closed forget gate at a document start zeroes the carried state (module docstring).
-        f_BTH = jnp.where(reset_BT[:, :, None], NEG, self.fgate(x_BTE))
+        f_BTH = jnp.where(reset_BT[:, :, None], NEG, self.fgate(x_BTD))
         if T == 1 and state is not None:  # decode: one recurrent step
             h, state = mlstm_step(state, q[:, 0], k[:, 0], v[:, 0], i_BTH[:, 0], f_BTH[:, 0],
                                   eps=self.eps)  # fmt: skip
-            h_BTHV = h[:, None]
+            h_BTHE = h[:, None]
         else:
-            h_BTHV, state = mlstm(
+            h_BTHE, state = mlstm(
                 q, k, v, i_BTH, f_BTH, form=self.form, chunk_size=self.chunk_size,
                 initial_state=state, return_state=True, eps=self.eps,
             )  # fmt: skip
-        h_BTV = self.norm(h_BTHV)
-        o_BTV = jax.nn.sigmoid(self.ogate(x_BTE).astype(h_BTV.dtype))
-        return self.out((o_BTV * h_BTV).astype(x_BTE.dtype)), state
+        h_BTF = self.norm(h_BTHE)
+        o_BTF = jax.nn.sigmoid(self.ogate(x_BTD).astype(h_BTF.dtype))
+        return self.out((o_BTF * h_BTF).astype(x_BTD.dtype)), state
 
 
 class SwiGLU(nnx.Module):
@@ -213,39 +214,39 @@ class SwiGLU(nnx.Module):
     """
 
     def __init__(self, cfg: xLSTMConfig, *, rngs: nnx.Rngs):
-        E, ff, linear, std = cfg.d_model, cfg.ff_dim, cfg.linear_factory(), init_stds(cfg)
-        self.gate = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
-        self.up = linear(E, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
-        self.down = linear(ff, E, std=std.ffn_down, axes=("mlp", "embed"), rngs=rngs)
+        D, ff, linear, std = cfg.d_model, cfg.ff_dim, cfg.linear_factory(), init_stds(cfg)
+        self.gate = linear(D, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.up = linear(D, ff, std=std.proj, axes=("embed", "mlp"), rngs=rngs)
+        self.down = linear(ff, D, std=std.ffn_down, axes=("mlp", "embed"), rngs=rngs)
         self.chunk = cfg.ffn_chunk
 
-    def _plain(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
-        return self.down(self.gate(x_BTE, activation="silu") * self.up(x_BTE))
+    def _plain(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+        return self.down(self.gate(x_BTD, activation="silu") * self.up(x_BTD))
 
-    def __call__(self, x_BTE: Float[Array, "B T E"]) -> Float[Array, "B T E"]:
-        B, T, E = x_BTE.shape
+    def __call__(self, x_BTD: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+        B, T, D = x_BTD.shape
         if not self.chunk or T <= self.chunk:
-            return self._plain(x_BTE)
+            return self._plain(x_BTD)
         n, c = -(-T // self.chunk), self.chunk
         # Chunk-major blocks as the scan's xs (padding rows are computed and dropped).
-        x_NBCE = jnp.pad(x_BTE, ((0, 0), (0, n * c - T), (0, 0)))
-        x_NBCE = x_NBCE.reshape(B, n, c, E).swapaxes(0, 1)
+        x_NBCD = jnp.pad(x_BTD, ((0, 0), (0, n * c - T), (0, 0)))
+        x_NBCD = x_NBCD.reshape(B, n, c, D).swapaxes(0, 1)
         graphdef, params = nnx.split(self)
 
         @jax.checkpoint
-        def block(params, x_BCE):
-            return nnx.merge(graphdef, params)._plain(x_BCE)
+        def block(params, x_BCD):
+            return nnx.merge(graphdef, params)._plain(x_BCD)
 
-        _, y_NBCE = jax.lax.scan(lambda _, x: (None, block(params, x)), None, x_NBCE)
-        return y_NBCE.swapaxes(0, 1).reshape(B, n * c, E)[:, :T]
+        _, y_NBCD = jax.lax.scan(lambda _, x: (None, block(params, x)), None, x_NBCD)
+        return y_NBCD.swapaxes(0, 1).reshape(B, n * c, D)[:, :T]
 
 
-def _residual(block, norm, mixer, x_BTE, reset_BT, state):
+def _residual(block, norm, mixer, x_BTD, reset_BT, state):
     """``x + mixer(norm(x))`` then ``x + SwiGLU(RMSNorm(x))``: the two residual steps of either
     block kind, around its own pre-norm and mixer."""
-    y_BTE, state = mixer(norm(x_BTE).astype(block.dtype), reset_BT, state)
-    x_BTE = x_BTE + y_BTE
-    return x_BTE + block.mlp(block.norm_ffn(x_BTE).astype(block.dtype)), state
+    y_BTD, state = mixer(norm(x_BTD).astype(block.dtype), reset_BT, state)
+    x_BTD = x_BTD + y_BTD
+    return x_BTD + block.mlp(block.norm_ffn(x_BTD).astype(block.dtype)), state
 
 
 class mLSTMBlock(nnx.Module):  # noqa: N801
@@ -258,8 +259,8 @@ class mLSTMBlock(nnx.Module):  # noqa: N801
         self.mlp = SwiGLU(cfg, rngs=rngs)
         self.dtype = jnp.dtype(cfg.dtype)
 
-    def __call__(self, x_BTE, reset_BT, state: MLSTMState | None = None):
-        return _residual(self, self.norm_mlstm, self.mlstm, x_BTE, reset_BT, state)
+    def __call__(self, x_BTD, reset_BT, state: MLSTMState | None = None):
+        return _residual(self, self.norm_mlstm, self.mlstm, x_BTD, reset_BT, state)
 
 
 class sLSTMBlock(nnx.Module):  # noqa: N801
@@ -273,8 +274,8 @@ class sLSTMBlock(nnx.Module):  # noqa: N801
         self.mlp = SwiGLU(cfg, rngs=rngs)
         self.dtype = jnp.dtype(cfg.dtype)
 
-    def __call__(self, x_BTE, reset_BT, state: SLSTMState | None = None):
-        return _residual(self, self.norm_slstm, self.slstm, x_BTE, reset_BT, state)
+    def __call__(self, x_BTD, reset_BT, state: SLSTMState | None = None):
+        return _residual(self, self.norm_slstm, self.slstm, x_BTD, reset_BT, state)
 
 
 def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
@@ -290,7 +291,7 @@ def _stacked_blocks(cfg: xLSTMConfig, rngs: nnx.Rngs) -> mLSTMBlock:
     return make(rngs)
 
 
-class xLSTM(nnx.Module):  # noqa: N801
+class xLSTM(LanguageModel):  # noqa: N801
     """xLSTM LM: int tokens ``(B, T)`` -> logits ``(B, T, V)`` (float32; float64 for a float64
     model). Tokens are checked where they enter (:func:`jaxlab.nn.layers.check_token_ids`: a
     one-line error for ids outside ``[0, vocab_size)`` when concrete, a checkify check under
@@ -319,66 +320,56 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Final-normed hidden states and the blocks' states after them; ``states`` None
         (training) or the cache's (a tuple per block, or one stacked state with
         ``scan_blocks``)."""
-        x_BTE = constrain(self.embed(tokens_BT), "batch", None, None)
+        x_BTD = constrain(self.embed(tokens_BT), "batch", None, None)
         if self.cfg.scan_blocks:
-            x_BTE, new_states = self._scan_blocks(x_BTE, reset_BT, states)
+            x_BTD, new_states = self._scan_blocks(x_BTD, reset_BT, states)
         else:
             new_states = []
             for block, state in zip(self.blocks, states or (None,) * len(self.blocks), strict=True):
                 if self.cfg.remat:
-                    x_BTE, state = nnx.remat(lambda b, x, r, s: b(x, r, s))(
-                        block, x_BTE, reset_BT, state
+                    x_BTD, state = nnx.remat(lambda b, x, r, s: b(x, r, s))(
+                        block, x_BTD, reset_BT, state
                     )
                 else:
-                    x_BTE, state = block(x_BTE, reset_BT, state)
-                x_BTE = constrain(x_BTE, "batch", None, None)
+                    x_BTD, state = block(x_BTD, reset_BT, state)
+                x_BTD = constrain(x_BTD, "batch", None, None)
                 new_states.append(state)
             new_states = tuple(new_states)
-        return self.out_norm(x_BTE).astype(self.embed.dtype), new_states
+        return self.out_norm(x_BTD).astype(self.embed.dtype), new_states
 
-    def logits_from_hidden(self, h_BTE: Float[Array, "B T E"]) -> Float[Array, "B T V"]:
+    def logits_from_hidden(self, h_BTD: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
         """The head: unembedding of the final-normed hidden states, soft-capped at
         ``cfg.logit_soft_cap``, in float32 (float64 for a float64 model) (what
-        :func:`jaxlab.nn.lm_task.chunked_cross_entropy` applies one block of tokens at a time)."""
-        logits_BTV = self.unembed(h_BTE).astype(_acc(self.embed.dtype))
+        :func:`jaxlab.lm.task.chunked_cross_entropy` applies one block of tokens at a time)."""
+        logits_BTV = self.unembed(h_BTD).astype(_acc(self.embed.dtype))
         return soft_cap(logits_BTV, self.cfg.logit_soft_cap)
 
-    def _scan_blocks(self, x_BTE, reset_BT, states):
+    def _scan_blocks(self, x_BTD, reset_BT, states):
         """The stacked blocks as one ``lax.scan``: the residual stream is the carry, each step
         slices one block's parameters (and its cached state) off the leading ``layers`` axis, so
         XLA compiles one block and gathers one block's FSDP-sharded weights at a time."""
         graphdef, params = nnx.split(self.blocks)
         keep_states = states is not None  # training passes none and needs none back
 
-        def body(x_BTE, xs):
+        def body(x_BTD, xs):
             block_params, state = xs
-            x_BTE, state = nnx.merge(graphdef, block_params)(x_BTE, reset_BT, state)
-            return constrain(x_BTE, "batch", None, None), state if keep_states else None
+            x_BTD, state = nnx.merge(graphdef, block_params)(x_BTD, reset_BT, state)
+            return constrain(x_BTD, "batch", None, None), state if keep_states else None
 
         if self.cfg.remat:  # save only each block's input; recompute the block in the backward
             body = jax.checkpoint(body)
         group = self.cfg.remat_group
         if not (self.cfg.remat and group > 1 and states is None):
-            return jax.lax.scan(body, x_BTE, (params, states))
+            return jax.lax.scan(body, x_BTD, (params, states))
         # Two levels: an outer scan over groups of `group` blocks saves only each group's input;
         # the backward recomputes one group, saving its blocks' inputs, then each block.
         grouped = jax.tree.map(lambda p: p.reshape(-1, group, *p.shape[1:]), params)
 
         @jax.checkpoint
-        def group_body(x_BTE, group_params):
-            return jax.lax.scan(body, x_BTE, (group_params, None))[0], None
+        def group_body(x_BTD, group_params):
+            return jax.lax.scan(body, x_BTD, (group_params, None))[0], None
 
-        return jax.lax.scan(group_body, x_BTE, grouped)[0], None
-
-    def __call__(
-        self,
-        tokens_BT: Int[Array, "B T"],
-        *,
-        segment_ids: Int[Array, "B T"] | None = None,
-        positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T V"]:
-        h_BTE = self.hidden(tokens_BT, segment_ids=segment_ids, positions=positions)
-        return self.logits_from_hidden(h_BTE)
+        return jax.lax.scan(group_body, x_BTD, grouped)[0], None
 
     def hidden(
         self,
@@ -386,7 +377,7 @@ class xLSTM(nnx.Module):  # noqa: N801
         *,
         segment_ids: Int[Array, "B T"] | None = None,
         positions: Int[Array, "B T"] | None = None,
-    ) -> Float[Array, "B T E"]:
+    ) -> Float[Array, "B T D"]:
         """The final-normed hidden states whose :meth:`logits_from_hidden` are the logits."""
         del positions  # the recurrence carries order
         check_token_ids(tokens_BT, self.cfg.vocab_size)
@@ -394,8 +385,8 @@ class xLSTM(nnx.Module):  # noqa: N801
         reset_BT = jnp.zeros((B, T), bool)  # a row starts from the zero state (docstring)
         if segment_ids is not None and self.cfg.document_mask:
             reset_BT = reset_BT.at[:, 1:].set(segment_ids[:, 1:] != segment_ids[:, :-1])
-        h_BTE, _ = self._run(tokens_BT, reset_BT, None)
-        return h_BTE
+        h_BTD, _ = self._run(tokens_BT, reset_BT, None)
+        return h_BTD
 
     # ------------------------------------------------------------------------------ generation
 
@@ -423,8 +414,8 @@ class xLSTM(nnx.Module):  # noqa: N801
         """Logits of ``T`` new tokens following ``cache``, and the cache after them."""
         check_token_ids(tokens_BT, self.cfg.vocab_size)
         # No reset: a fresh cache holds the zero state a row starts from (module docstring).
-        h_BTE, states = self._run(tokens_BT, jnp.zeros(tokens_BT.shape, bool), cache.states)
-        return self.logits_from_hidden(h_BTE), XLSTMCache(states, cache.pos + tokens_BT.shape[1])
+        h_BTD, states = self._run(tokens_BT, jnp.zeros(tokens_BT.shape, bool), cache.states)
+        return self.logits_from_hidden(h_BTD), XLSTMCache(states, cache.pos + tokens_BT.shape[1])
 
 
 def stack_blocks(unscanned: xLSTM, scanned: xLSTM) -> None:

@@ -30,9 +30,9 @@ class MultiHeadNorm(nnx.Module):
         self.scale = nnx.Param(init(rngs.params(), (heads * dim,), jnp.dtype(param_dtype)))
         self.heads, self.dim, self.eps = heads, dim, eps
 
-    def __call__(self, h_BTHV: Float[Array, "B T NH Dv"]) -> Float[Array, "B T V"]:
-        acc = jnp.promote_types(h_BTHV.dtype, F32)
-        h = h_BTHV.astype(acc)
+    def __call__(self, h_BTHE: Float[Array, "B T H E"]) -> Float[Array, "B T F"]:
+        acc = jnp.promote_types(h_BTHE.dtype, F32)
+        h = h_BTHE.astype(acc)
         mean = jnp.mean(h, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
         h = (h - mean) * jax.lax.rsqrt(var + self.eps)

@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.flops import compiled_flops, dot_flops
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.nn.transformer import TransformerConfig
 
 T, L, R, DV = 32, 2, 4, 16
 

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
+from jaxlab.lm.config import LMConfig
 from jaxlab.methods.rmt.scaling import MATCHED_RECIPE, matched_pair
-from jaxlab.nn.lm_config import LMConfig
 
 SHARED = [f.name for f in dataclasses.fields(LMConfig)]
 

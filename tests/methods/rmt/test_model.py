@@ -11,11 +11,11 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig, retrieve, store
 from jaxlab.methods.rmt.model import MatrixNorm, retrieve_reference, store_reference
 from jaxlab.nn.attention import dot_product_attention
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.transformer import TransformerConfig
 
 TINY = RMTConfig(seq_len=16, num_layers=2, rank=4, d_key=8, d_value=8, d_ff=64)
 
@@ -183,7 +183,7 @@ def test_rmt_paper_parameter_counts_within_one_percent(size, target, positions):
     "size, target", [("49m", 49.2), ("160m", 162.1), ("260m", 263.5), ("405m", 404.9)]
 )
 def test_transformer_paper_parameter_counts_within_one_percent(size, target):
-    from jaxlab.nn.transformer import Transformer
+    from jaxlab.lm.transformer import Transformer
 
     model = nnx.eval_shape(
         lambda: Transformer(TransformerConfig.paper(size, positions="alibi"), rngs=nnx.Rngs(0))

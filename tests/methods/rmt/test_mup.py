@@ -60,7 +60,7 @@ def test_optimizer_applies_group_multipliers():
 def test_training_with_mup_groups_on_a_mesh(tmp_path):
     from jaxlab.core.loop import run_training
     from jaxlab.core.mesh import MeshConfig
-    from jaxlab.nn.lm_task import LMTask
+    from jaxlab.lm.task import LMTask
 
     wide = dataclasses.replace(BASE, rank=8, d_ff=128, mup=True, mup_base_rank=4, mup_base_d_ff=64)
     task = LMTask(build=lambda rngs: RMT(wide, rngs=rngs), seq_len=wide.seq_len)

@@ -10,6 +10,7 @@ from flax import nnx
 
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.step import create_state, make_train_step, merge_state
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.sst import (
     LoRA,
     LowRankTask,
@@ -22,7 +23,6 @@ from jaxlab.methods.sst import (
 )
 from jaxlab.methods.sst.optim import make_method_optimizer
 from jaxlab.nn.spectral import Frozen
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 from jaxlab.testing.toy import ToyTask
 
 T = 8

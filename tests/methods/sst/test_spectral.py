@@ -17,6 +17,7 @@ from jaxlab.core.config import TrainConfig
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.step import create_state, make_train_step, merge_state
 from jaxlab.core.task import TrainState
+from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.sst import (
     LowRankTask,
@@ -30,7 +31,6 @@ from jaxlab.methods.sst import (
 )
 from jaxlab.methods.sst.optim import make_method_optimizer
 from jaxlab.nn.spectral import Frozen, Spectral
-from jaxlab.nn.transformer import Transformer, TransformerConfig
 from jaxlab.testing.toy import ToyTask
 
 T = 8

@@ -11,10 +11,10 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.transformer import Attention, TransformerConfig
 from jaxlab.methods.structured_attention import BilinearBTTScore, BilinearMLRScore, DotProductScore
 from jaxlab.methods.structured_attention.icl_model import ICLConfig
 from jaxlab.nn.linear import rms_capped
-from jaxlab.nn.transformer import Attention, TransformerConfig
 
 D = 16
 

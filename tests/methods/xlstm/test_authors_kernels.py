@@ -2,13 +2,13 @@
 
 PyPI's ``mlstm-kernels`` (NX-AI) ships pure-JAX forms of the mLSTM beside its Triton kernels. It
 declares torch as a dependency, so it is installed with ``--no-deps`` (beside ``einops``; see
-``.ci/run``). Of the three modules the oracle needs, only ``mlstm_kernels.jax.parallel.native``
-imports as a package: the ``chunkwise`` and ``recurrent`` packages' ``__init__`` also import their
-Triton kernels, which need ``jax_triton`` and ``triton``. Their pure-JAX files
-(``chunkwise/native/fw.py``, ``fwbw.py``; ``recurrent/native_step.py``) import only jax and
-einops, so :func:`_authors_forms` loads those files under a private package name whose search
-path is the authors' directory, without running the Triton-importing ``__init__``. The tests skip,
-with the reason, where the package is absent.
+``scripts/install_dev.sh``). Of the three modules the oracle needs, only
+``mlstm_kernels.jax.parallel.native`` imports as a package: the ``chunkwise`` and ``recurrent``
+packages' ``__init__`` also import their Triton kernels, which need ``jax_triton`` and ``triton``.
+Their pure-JAX files (``chunkwise/native/fw.py``, ``fwbw.py``; ``recurrent/native_step.py``) import
+only jax and einops, so :func:`_authors_forms` loads those files under a private package name whose
+search path is the authors' directory, without running the Triton-importing ``__init__``. The tests
+skip, with the reason, where the package is absent.
 
 The authors' recurrent step and chunkwise form start from ``(C, n, m) = (0, 0, 0)`` as jaxlab's
 forms do and agree with them for any eps; their parallel form has no initial state and leaves the

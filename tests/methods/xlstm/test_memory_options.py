@@ -15,8 +15,8 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm.task import cross_entropy
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
-from jaxlab.nn.lm_task import cross_entropy
 
 CFG = xLSTMConfig(seq_len=16, num_layers=2, d_model=32, num_heads=4, chunk_size=4)
 TOKENS = jax.random.randint(jax.random.key(0), (2, 16), 0, 256)

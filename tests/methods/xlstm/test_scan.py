@@ -15,10 +15,10 @@ from flax import nnx
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import AxisRules, MeshConfig, batch_sharding, make_mesh, state_shardings
+from jaxlab.lm.generate import teacher_forced_logits
+from jaxlab.lm.task import cross_entropy
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.model import stack_blocks
-from jaxlab.nn.generate import teacher_forced_logits
-from jaxlab.nn.lm_task import cross_entropy
 
 CFG = xLSTMConfig(seq_len=16, num_layers=2, d_model=32, num_heads=4, chunk_size=4)
 TOKENS = jax.random.randint(jax.random.key(0), (4, 15), 0, 256)  # off the chunk grid

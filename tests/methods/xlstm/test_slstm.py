@@ -7,11 +7,11 @@ import numpy as np
 import optax
 from flax import nnx
 
+from jaxlab.lm.generate import teacher_forced_logits
+from jaxlab.lm.task import cross_entropy
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.model import XLSTMCache, mLSTMBlock, sLSTMBlock
 from jaxlab.methods.xlstm.slstm import SLSTMState, slstm
-from jaxlab.nn.generate import teacher_forced_logits
-from jaxlab.nn.lm_task import cross_entropy
 
 MIXED = xLSTMConfig(
     seq_len=16, num_layers=2, d_model=32, num_heads=4, chunk_size=4, slstm_blocks=(1,)
