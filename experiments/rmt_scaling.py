@@ -60,7 +60,7 @@ from jaxlab.core.step import LrGroups, TrainProgram, build_train_program
 from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
 from jaxlab.core.timing import step_seconds
 from jaxlab.lm.config import AlibiName, NormName, PositionsName
-from jaxlab.lm.task import LMTask, fit_vocab
+from jaxlab.lm.task import LMTask, compile_lm_train_step, fit_vocab
 from jaxlab.lm.transformer import Transformer, TransformerConfig
 from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.mup import mup_lr_groups
@@ -250,6 +250,7 @@ def _describe(
     batch: dict[str, np.ndarray],
     mesh: jax.sharding.Mesh,
     rules: AxisRules,
+    exp: Config,
 ) -> dict:
     """Sizes and FLOPs per token of one model: analytic, and measured on its train step, which is
     compiled here (ahead of time, for ``batch``'s shapes) for the training and the timer too."""
@@ -258,8 +259,18 @@ def _describe(
     )
     model = nnx.merge(arm.program.graphdef, arm.program.abstract_state)[0]  # shapes only
     cfg, tokens = arm.model_cfg, batch["inputs"].size
-    # XLA's count is per device: the devices together execute the step (all of it on one device).
-    step_flops = compiled["flops_per_device"] * compiled["num_devices"]
+    if compiled["num_devices"] == 1:  # XLA's count of the trained program is the whole step's
+        step_flops = compiled["flops_per_device"]
+    else:  # each device of a sharded step repeats the replicated optimizer update, which a count
+        # per token must not multiply: the count is the same step's on one device
+        step_flops = compile_lm_train_step(
+            type(model),
+            cfg,
+            batch_size=batch["inputs"].shape[0],
+            mesh_cfg=MeshConfig(data=1),
+            train_cfg=exp.train,
+            z_loss=exp.z_loss,
+        )["flops_per_device"]
     return {
         "params": count_params(model),
         "non_embedding_params": non_embedding_params(model),
@@ -317,7 +328,9 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                 for arch, c in (("transformer", tcfg), ("rmt", rcfg))
             }
             batch = arms["transformer"].task.eval_batches(cfg.train.batch_size, 1)[0]
-            described = {arch: _describe(arm, batch, mesh, rules) for arch, arm in arms.items()}
+            described = {
+                arch: _describe(arm, batch, mesh, rules, cfg) for arch, arm in arms.items()
+            }
             named = {f"{arch}_D{width}": arm for arch, arm in arms.items()}
             swept = sweep(
                 workdir, list(named), cfg.seeds, lambda n, s, named=named: _run(named[n], cfg, s)
