@@ -402,3 +402,26 @@ def test_risks_keep_float64_and_refuse_a_traced_alpha(x64):
         drrho_risk_kl(loss.astype(np.float32), ref.astype(np.float32), tau=0.5).dtype == jnp.float32
     )
     _one_line(lambda: jax.jit(lambda a: drrho_risk_cvar(loss, ref, alpha=a))(0.5), "static")
+
+
+def test_distill_takes_the_teacher_at_its_own_temperature(batch):
+    """The authors' ``FastCLIPLoss.distill_loss`` (``src/fast_clip/loss.py``) in float64 numpy: the
+    student's logits at its logit scale 1/τ, the teacher's at ``--distill_logit_scale`` (1/ref_tau),
+    ``-(softmax(teacher) * log_softmax(student)).sum(1).mean()`` per direction, the two averaged.
+
+    ref_tau ≠ tau, so a teacher taken at the student's temperature shows.
+    """
+    img, txt, rimg, rtxt = (np.float64(a) for a in batch)
+    tau, ref_tau = 0.1, 0.03
+
+    def log_softmax(z):
+        z = z - z.max(1, keepdims=True)
+        return z - np.log(np.exp(z).sum(1, keepdims=True))
+
+    def ce(student, teacher):
+        return -np.mean(np.sum(np.exp(log_softmax(teacher)) * log_softmax(student), 1))
+
+    want_img = ce(img @ txt.T / tau, rimg @ rtxt.T / ref_tau)
+    want_txt = ce(txt @ img.T / tau, rtxt @ rimg.T / ref_tau)
+    got = L.distill_loss(*batch, tau=tau, ref_tau=ref_tau)
+    np.testing.assert_allclose(got, (want_img + want_txt) / 2, rtol=1e-5)

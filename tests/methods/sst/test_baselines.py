@@ -115,3 +115,23 @@ def test_galore_step_is_adam_in_the_top_r_gradient_subspace():
     proj = np.asarray(state.projectors["w"])
     _, state2 = tx.update({**grads, "w": -g}, state, params)
     np.testing.assert_array_equal(state2.projectors["w"], proj)
+
+
+def test_lora_scales_its_update_by_alpha_over_rank():
+    """``h = x W₀ + (α/r) x A B`` (Hu et al. 2021, Sec. 4.1), written in float64 numpy.
+
+    r = 3 and α = 5 (α ≠ r, r ≠ 1), so a scale of α, or r/α, or 1 would all show; B is set to a
+    random matrix (it is zero at init, which hides any scale).
+    """
+    d_in, d_out, r, alpha = 7, 5, 3, 5.0
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((d_in, d_out))
+    b = rng.standard_normal((r, d_out))
+    x = rng.standard_normal((4, d_in))
+    layer = LoRA(jnp.asarray(w0, jnp.float32), rank=r, alpha=alpha, rngs=nnx.Rngs(0))
+    layer.adapter.vt[...] = jnp.asarray(b, jnp.float32)
+    a = np.asarray(layer.adapter.u[...], np.float64)  # A as drawn: only its values are read
+    w0, b = np.float64(np.float32(w0)), np.float64(np.float32(b))
+    want = x @ w0 + (alpha / r) * (x @ a) @ b
+    np.testing.assert_allclose(layer(jnp.asarray(x, jnp.float32)), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.dense_matrix(), w0 + (alpha / r) * a @ b, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,7 @@
 """WARMPOT's weights, loss gradient and mass schedule (the plan from jaxlab.ot.partial)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,7 @@ from jaxlab.methods.warmpot.loss import (
     ground_cost,
     mass_schedule,
     plan_weights,
+    warmpot_loss,
 )
 from jaxlab.methods.warmpot.model import Network
 from jaxlab.methods.warmpot.train import knobs_of
@@ -179,3 +182,33 @@ def test_capacity_share_of_a_binding_plan(x64):
     out, w = plan_weights(jnp.asarray(cost), 3 * cap, beta, None, tol=0.0, max_iter=0)
     np.testing.assert_allclose(w, [cap] * 3 + [0.0] * 5, atol=1e-12)
     np.testing.assert_allclose(capacity_share(w, beta), 3 / 8)
+
+
+def test_ground_cost_is_the_authors_euclidean_plus_label_cost(x64):
+    """The authors' cost (JayD2106/WARMPOT ``warmpot.py``) in float64 numpy:
+    ``M = η1 torch.cdist(g_xs, g_xt) + η2 (-one_hot(ys) @ log_softmax(f_g_xt).T)``; ``cdist`` is the
+    Euclidean distance (p = 2), not its square. Also its use in the loss: ``η3 Σ π M``.
+
+    Features of spread ~3, so the distances are far from 1 and a squared distance shows.
+    """
+    eta1, eta2, eta3 = 0.3, 0.7, 2.0
+    rng = np.random.default_rng(5)
+    n_s, n_t, f, c = 6, 5, 4, 3
+    z_s, z_t = 3 * rng.standard_normal((n_s, f)), 3 * rng.standard_normal((n_t, f))
+    logits_t, logits_s = rng.standard_normal((n_t, c)), rng.standard_normal((n_s, c))
+    y_s = np.array([0, 1, 2, 0, 2, 1])
+    dist = np.array([[math.sqrt(sum((p - q) ** 2)) for q in z_t] for p in z_s])
+    log_pred = logits_t - logits_t.max(1, keepdims=True)
+    log_pred = log_pred - np.log(np.exp(log_pred).sum(1, keepdims=True))
+    want = eta1 * dist + eta2 * (-np.eye(c)[y_s] @ log_pred.T)
+
+    got = ground_cost(
+        jnp.asarray(z_s), jnp.asarray(z_t), jnp.asarray(log_pred), jnp.asarray(y_s), eta1, eta2
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    _, terms = warmpot_loss(
+        jnp.asarray(z_s), jnp.asarray(logits_s), jnp.asarray(y_s), jnp.asarray(z_t),
+        jnp.asarray(logits_t), mass=0.6, beta=0.5, epsilon=0.5, eta1=eta1, eta2=eta2, eta3=eta3,
+        tol=1e-12, max_iter=20_000,
+    )  # fmt: skip
+    np.testing.assert_allclose(terms.transport, eta3 * np.sum(np.asarray(terms.plan.matrix) * want))
