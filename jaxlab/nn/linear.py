@@ -28,7 +28,10 @@ entry):
   authors' two-core ``FasterBTT``; ``s = 1`` is a Monarch matrix). The blocks follow Kuang et
   al.'s ``factorize`` (:func:`btt_blocks`): ``n2`` and ``m2`` are the smallest divisors of ``d_in``
   and ``d_out`` strictly above their square roots, so ``n1 * m2 * s >= d`` for a square map and
-  the implied matrix is full rank for random factors.
+  the implied matrix is full rank for random factors. Output order: the linear layer puts the
+  output block ``k`` major (column ``k m1 + i1``, ``output_order="group_major"``); Kuang et al.'s
+  ``BilinearBTTAttention`` puts it minor (column ``i1 m2 + k``, their ``(a b)``,
+  ``"group_minor"``), the order in which identity cores give ``M = I`` (see :class:`BTT`).
 * ``mlr`` — multi-level low-rank (Kuang, Amsel, Lotfi, Qiu, Potapczynski & Wilson, "Customizing the
   Inductive Biases of Softmax Attention using Structured Matrices", ICML 2025): level ``l`` splits
   the input and output features into ``2^l`` contiguous blocks with a rank-``r_l`` map on each,
@@ -67,6 +70,7 @@ from jaxlab.nn.spectral import Spectral
 
 __all__ = [
     "BTT",
+    "BTT_OUTPUT_ORDERS",
     "LINEAR_KINDS",
     "MLR",
     "Dense",
@@ -232,6 +236,11 @@ def rms_capped(w: jax.Array, cap: float) -> jax.Array:
     return w / jnp.maximum(1.0, rms / cap).astype(w.dtype)
 
 
+# BTT's output orders (see BTT): the linear layer's block-major one, and the authors' bilinear
+# score's block-minor (a b) one.
+BTT_OUTPUT_ORDERS = ("group_major", "group_minor")
+
+
 def btt_blocks(d: int) -> tuple[int, int]:
     """``(d // b, b)`` for ``b`` the smallest divisor of ``d`` strictly greater than ``sqrt(d)``
     (``(1, 1)`` for ``d = 1``): the ``factorize(d, 2)`` of Kuang et al.'s ``BilinearBTTAttention``.
@@ -258,6 +267,18 @@ class BTT(LinearMap):
     ``(n1 * s, m1)`` side by side along ``d_out``. ``s * (m2 * d_in + n1 * d_out)`` numbers in all.
     Init: ``first`` ~ N(0, 1/n2), ``second`` ~ N(0, std² n2 / s), so every entry of ``M`` has
     variance ``std²`` and the first stage keeps the input's variance.
+
+    Output order (``output_order``). ``"group_major"`` (the default) writes output block ``k``'s
+    ``m1`` outputs side by side, column ``k m1 + i1``; ``"group_minor"`` interleaves the blocks,
+    column ``i1 m2 + k``: the ``(a b)`` layout of Kuang et al.'s ``BilinearBTTAttention``
+    (``reshape(H, b, a, B, T).permute(3, 0, 4, 2, 1)``). For a square map (``n1 = m1``,
+    ``n2 = m2``) and ``s = 1`` only ``"group_minor"`` can be the identity (cores
+    ``R[j, i, k] = [i = k]``, ``L[j, k, i1] = [i1 = j]``); in the major order the same cores give
+    a permutation and no rank-1 core pair gives ``I``. That matters where ``x`` is compared with
+    ``BTT(x)`` in the input coordinates (the bilinear score, which uses ``"group_minor"``). The
+    linear layer keeps ``"group_major"``: there the next dense map (or a norm and a dense map)
+    absorbs any fixed permutation of the outputs, so the order changes nothing a model can
+    express, and the MLP and RMT maps keep their parameters and outputs bit for bit.
     """
 
     def __init__(
@@ -268,12 +289,17 @@ class BTT(LinearMap):
         btt_rank: int,
         std: float,
         rms_cap: bool = False,
+        output_order: Literal["group_major", "group_minor"] = "group_major",
         axes: Axes = (None, None),
         dtype: str = "float32",
         param_dtype: str = "float32",
         rngs: nnx.Rngs,
     ):
         self.validate(d_in, d_out, btt_rank=btt_rank)
+        if output_order not in BTT_OUTPUT_ORDERS:
+            raise ConfigError(
+                f"output_order={output_order!r}: choose one of {list(BTT_OUTPUT_ORDERS)}"
+            )
         s = btt_rank
         (n1, n2), (m1, m2) = btt_blocks(d_in), btt_blocks(d_out)
         # Under the RMS cap the raw factors start at N(0, 1), as the authors', and the cap sets
@@ -282,7 +308,7 @@ class BTT(LinearMap):
         self.first = _normal(rngs, (d_in, m2 * s), first_std, (axes[0], None), param_dtype)
         self.second = _normal(rngs, (n1 * s, d_out), second_std, (None, axes[1]), param_dtype)
         self.shape = (n1, n2, m2, m1, s)
-        self.rms_cap = rms_cap
+        self.rms_cap, self.group_minor = rms_cap, output_order == "group_minor"
         self.d_in, self.d_out, self.dtype = d_in, d_out, jnp.dtype(dtype)
 
     @staticmethod
@@ -312,11 +338,14 @@ class BTT(LinearMap):
         x_XJI = x.reshape(*x.shape[:-1], n1, n2)
         y_XJUR = jnp.einsum("...ji,jiur->...jur", x_XJI, r_JIUR)  # first stage, per input block
         z_XUO = jnp.einsum("...jur,jruo->...uo", y_XJUR, l_JRUO)  # regrouped, per output block
+        if self.group_minor:  # column i1 m2 + k (the authors' (a b))
+            z_XUO = jnp.swapaxes(z_XUO, -1, -2)
         return z_XUO.reshape(*x.shape[:-1], self.d_out)
 
     def dense_matrix(self):
         r_JIUR, l_JRUO = self.cores(jnp.float32)
-        return jnp.einsum("jiur,jruo->jiuo", r_JIUR, l_JRUO).reshape(self.d_in, self.d_out)
+        out = "jiou" if self.group_minor else "jiuo"
+        return jnp.einsum(f"jiur,jruo->{out}", r_JIUR, l_JRUO).reshape(self.d_in, self.d_out)
 
 
 class MLR(LinearMap):

@@ -10,7 +10,15 @@ from flax import nnx
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.nn.layers import count_params
-from jaxlab.nn.linear import LINEAR_KINDS, Dense, LinearKind, LinearSpec, MatmulImpl, btt_blocks
+from jaxlab.nn.linear import (
+    BTT,
+    LINEAR_KINDS,
+    Dense,
+    LinearKind,
+    LinearSpec,
+    MatmulImpl,
+    btt_blocks,
+)
 from jaxlab.nn.spectral import Spectral
 
 AXES = ("embed", "mlp")
@@ -115,6 +123,18 @@ def test_btt_block_layout_is_the_authors():
     assert btt_blocks(1) == (1, 1)
 
 
+def test_btt_group_minor_order_interleaves_the_output_blocks():
+    # Same cores, columns k m1 + i1 (the linear layer) against i1 m2 + k (the authors' bilinear
+    # score, "(a b)"); the linear layer's order is the block-major one that numpy_matrix builds.
+    major = BTT(24, 40, btt_rank=2, std=0.3, rngs=nnx.Rngs(1))
+    minor = BTT(24, 40, btt_rank=2, std=0.3, output_order="group_minor", rngs=nnx.Rngs(1))
+    _, _, m2, m1, _ = major.shape
+    want = numpy_matrix(major).reshape(24, m2, m1).transpose(0, 2, 1).reshape(24, 40)
+    np.testing.assert_allclose(minor.dense_matrix(), want, rtol=1e-5, atol=1e-6)
+    x = jax.random.normal(jax.random.key(0), (3, 24))
+    np.testing.assert_allclose(minor(x), np.float64(x) @ want, rtol=1e-4, atol=1e-5)
+
+
 def test_parameter_counts_match_closed_forms():
     # dense d_in*d_out; low rank r(d_in + d_out); BTT s(m2 d_in + n1 d_out) with n1 = 4 (32 = 4*8),
     # m2 = 8 (48 = 6*8), and for 48 -> 20: n1 = 6, m2 = 5; MLR sum_l r_l (d_in + d_out); spectral
@@ -192,6 +212,10 @@ def test_compute_dtype_apart_from_param_dtype(name):
         (lambda: LinearSpec(kind="mlr", mlr_ranks=(2, 5)).check(8, 16), "level 1's rank 5"),
         (lambda: LinearSpec(kind="mlr").check(8, 8), "mlr_ranks is empty"),
         (lambda: LinearSpec(kind="btt", btt_rank=0).check(8, 8), "btt_rank=0 must be >= 1"),
+        (
+            lambda: BTT(8, 8, btt_rank=1, std=1.0, output_order="ab", rngs=nnx.Rngs(0)),
+            r"output_order='ab': choose one of \['group_major', 'group_minor'\]",
+        ),
         (lambda: LinearSpec(kind="lowrank"), "unknown linear kind 'lowrank'"),
         (lambda: LinearSpec(matmul_impl="cutlass"), "unknown matmul_impl 'cutlass'"),
         (lambda: build("dense")(jnp.ones((1, 24)), activation="tanh"), "unknown activation"),

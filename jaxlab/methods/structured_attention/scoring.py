@@ -11,6 +11,13 @@ information when the inputs are high-dimensional (``d_head < d``). The paper rep
   query side is the raw input, the key side a Block Tensor-Train map
   (:class:`jaxlab.nn.linear.BTT`) followed by LayerNorm, as in the authors' ``BilinearBTTAttention``
   (whose LN is their stabiliser). With TT rank ``s = 1`` the implied ``M_h`` is full rank ``D``.
+  The key's features come in the authors' ``(a b)`` order (output block minor,
+  ``output_order="group_minor"``), in which rank-1 cores can make ``BTT_h`` the identity, so a
+  head can score a key against itself (``x . x``); in the block-major order of jaxlab's linear
+  layer the same cores give a permutation, no rank-1 ``BTT_h`` equals ``I``, and a head's
+  ``trace(M_h) / ||M_h||_F`` (how well it matches a key with itself) is at most the square root
+  of the number of (input block, output block) pairs that meet the diagonal (each such rank-1
+  block adds at most its Frobenius norm): ``sqrt(12)`` at ``D = 48`` instead of ``sqrt(D)``.
 * :class:`BilinearMLRScore` — ``M_h = sum_l blockdiag_k(Q_{l,k} K_{l,k}^T)`` (Sec. 3.2): level
   ``l`` splits the features into ``2^l`` blocks, each with rank-``r_l`` query and key factors, so
   the projections cost as much as standard attention with ``d_qk = sum_l r_l`` and ``M_h`` has rank
@@ -136,7 +143,8 @@ class BilinearBTTScore(nnx.Module):
     """Bilinear BTT scores ``c * x_t . LN(BTT_h(x_t'))`` (paper Sec. 3.1), ``H`` heads, with
     ``c = 1/sqrt(D)`` (``"sqrt"``) or ``1/D`` (``"mup"``, the authors' µP scale for BTT).
 
-    Each head's key map is a ``D -> D`` :class:`jaxlab.nn.linear.BTT` of TT rank ``btt_rank``,
+    Each head's key map is a ``D -> D`` :class:`jaxlab.nn.linear.BTT` of TT rank ``btt_rank`` in
+    the authors' ``(a b)`` output order (``output_order="group_minor"``, module docstring),
     initialised variance-preserving (entries N(0, 1/D)), or RMS-capped (``rms_cap``).
     """
 
@@ -154,7 +162,8 @@ class BilinearBTTScore(nnx.Module):
         _check_scale(logit_scale)
         D = d_model
         self.maps = nnx.List([
-            BTT(D, D, btt_rank=btt_rank, std=D**-0.5, rms_cap=rms_cap, rngs=rngs)
+            BTT(D, D, btt_rank=btt_rank, std=D**-0.5, rms_cap=rms_cap,
+                output_order="group_minor", rngs=rngs)
             for _ in range(num_heads)
         ])  # fmt: skip
         self.norms = nnx.List([qk_layernorm(D, rngs) for _ in range(num_heads)] if qk_norm else [])
@@ -166,9 +175,10 @@ class BilinearBTTScore(nnx.Module):
         """Every head's ``LN_h(BTT_h(x))`` as two batched matrix products over the heads' stacked
         cores in the authors' layout (``BilinearBTTAttention``: the first stage a ``(c, BT, d) x
         (c, d, H b s)`` product batched over input blocks, the second ``(H b, BT, c s) x
-        (H b, c s, a)`` batched over heads and output blocks), not ``H`` separate maps;
-        :meth:`_keys_per_head` is the per-head form it equals. (A single einsum with the head as
-        a free axis was slower on CPU than either.)"""
+        (H b, c s, a)`` batched over heads and output blocks, the output laid out ``(a b)``: its
+        block index minor), not ``H`` separate maps; :meth:`_keys_per_head` is the per-head form
+        it equals. (A single einsum with the head as a free axis was slower on CPU than
+        either.)"""
         B, T, D = x_BTD.shape
         H, X = len(self.maps), B * T
         n1, n2, m2, m1, s = self.maps[0].shape
@@ -183,7 +193,8 @@ class BilinearBTTScore(nnx.Module):
         y_grp = y_flat.reshape(n1, X, H * m2, s).transpose(2, 1, 0, 3).reshape(H * m2, X, n1 * s)
         l_grp = l_HJRUO.transpose(0, 3, 1, 2, 4).reshape(H * m2, n1 * s, m1)  # (H·U, J·R, O)
         z_grp = jnp.einsum("gmc,gcq->gmq", y_grp, l_grp)  # second stage, (H·U, X, O)
-        k_BTHD = z_grp.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 1, 4).reshape(B, T, H, D)
+        # (a b): output feature i1 m2 + u, the block index u minor (the authors' permute)
+        k_BTHD = z_grp.reshape(H, m2, B, T, m1).transpose(2, 3, 0, 4, 1).reshape(B, T, H, D)
         if not self.qk_norm:
             return k_BTHD
         # The heads' LayerNorms at once: the same statistics as nnx.LayerNorm, one scale per head.

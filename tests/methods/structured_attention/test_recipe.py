@@ -15,6 +15,7 @@ from jaxlab.lm.transformer import Attention, TransformerConfig
 from jaxlab.methods.structured_attention import BilinearBTTScore, BilinearMLRScore, DotProductScore
 from jaxlab.methods.structured_attention.icl_model import ICLConfig
 from jaxlab.nn.linear import rms_capped
+from tests.methods.structured_attention import authors_btt
 
 D = 16
 
@@ -93,21 +94,21 @@ def test_bilinear_mlr_mup_scale_and_rms_cap_match_the_authors(x, cap):
 
 @pytest.mark.parametrize("cap", [False, True])
 def test_bilinear_btt_mup_scale_and_rms_cap_match_the_authors(x, cap):
+    H = 2
     score = BilinearBTTScore(
-        D, 2, btt_rank=1, qk_norm=False, logit_scale="mup", rms_cap=cap, rngs=nnx.Rngs(3)
+        D, H, btt_rank=1, qk_norm=False, logit_scale="mup", rms_cap=cap, rngs=nnx.Rngs(3)
     )
-    xb = np.float64(x)
-    keys = []
-    for m in score.maps:
-        n1, n2, m2, m1, s = m.shape
-        first, second = np.float64(m.first[...]), np.float64(m.second[...])
-        if cap:  # their W_K blocks map d -> b s, their W_Q blocks c s -> a
-            first, second = _cap(first, n2, m2 * s), _cap(second, n1 * s, m1)
-        y = np.einsum("btjn,jnka->btjka", xb.reshape(2, 6, n1, n2), first.reshape(n1, n2, m2, s))
-        keys.append(
-            np.einsum("btjka,jakm->btkm", y, second.reshape(n1, s, m2, m1)).reshape(2, 6, D)
+    c, d, b, a, s = score.maps[0].shape
+    rng = np.random.default_rng(3)  # N(0, 1) entries: far above the cap
+    wk, wq = rng.normal(size=(c, d, H * b * s)), rng.normal(size=(H * b, a, c * s))
+    authors_btt.load_into(score, wk, wq)
+    if cap:  # their W_K blocks map d -> b s, their W_Q blocks c s -> a; here each head's own
+        wk = np.concatenate(
+            [authors_btt.cap(w, d, b * s) for w in np.split(wk, H, axis=-1)], axis=-1
         )
-    want = np.einsum("bti,hbsi->bhts", xb, np.stack(keys)) / D  # µP: 1/D, no factor 8 (theirs)
+        wq = np.concatenate([authors_btt.cap(w, c * s, a) for w in np.split(wq, H)])
+    # µP: 1/D, no factor 8 (theirs)
+    want = authors_btt.btt_scores(np.float64(x), wk, wq, H, None, logit_scale="mup")
     np.testing.assert_allclose(score(x), want, rtol=2e-5, atol=2e-5)
 
 

@@ -11,6 +11,8 @@ from flax import nnx
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.experiment import load
 from jaxlab.methods.structured_attention import BilinearBTTScore, BilinearMLRScore, DotProductScore
+from jaxlab.nn.linear import btt_blocks
+from tests.methods.structured_attention import authors_btt
 
 D = 16
 
@@ -192,23 +194,42 @@ def test_the_experiments_mlr8_matches_float64_and_every_level_sees_the_key(exp, 
         assert distinct.min() > 2, f"level {lv} of {model.mlr_ranks} ignores the key"
 
 
-def test_bilinear_btt_with_layernorms_matches_a_float64_construction(x):
-    # Paper Sec. 3.1: s_h(t, t') = x_t . LN_h(BTT_h(x_t')) / sqrt(D), the BTT map built here from
-    # its two cores: y_jka = sum_n x_jn R_jnka (input block j), z_km = sum_ja y_jka L_jakm.
-    H = 2
-    score = BilinearBTTScore(D, H, btt_rank=2, rngs=nnx.Rngs(9))
+@pytest.mark.parametrize("H, s", [(2, 2), (3, 1)])
+def test_bilinear_btt_matches_the_authors_forward_in_float64(x, H, s):
+    # Paper Sec. 3.1, s_h(t, t') = x_t . LN_h(BTT_h(x_t')) / sqrt(D), against the authors'
+    # BilinearBTTAttention forward (their reshapes and permutations, keys in (a b) order) on
+    # random W_K (c, d, H b s) and W_Q (H b, a, c s) loaded into jaxlab's maps.
+    score = BilinearBTTScore(D, H, btt_rank=s, rngs=nnx.Rngs(9))
     _random_norm_scales(score.norms, 1)
-    xb = np.float64(x)
-    keys = []
-    for m, norm in zip(score.maps, score.norms, strict=True):
-        n1, n2, m2, m1, s = m.shape
-        first = np.float64(m.first[...]).reshape(n1, n2, m2, s)
-        second = np.float64(m.second[...]).reshape(n1, s, m2, m1)
-        y = np.einsum("btjn,jnka->btjka", xb.reshape(*xb.shape[:2], n1, n2), first)
-        z = np.einsum("btjka,jakm->btkm", y, second).reshape(*xb.shape[:2], D)
-        keys.append(_np_layernorm(z, np.float64(norm.scale[...])))
-    want = np.einsum("bti,hbsi->bhts", xb, np.stack(keys)) / np.sqrt(D)
+    c, d, b, a, _ = score.maps[0].shape
+    rng = np.random.default_rng(0)
+    wk, wq = rng.normal(size=(c, d, H * b * s)) / d**0.5, rng.normal(size=(H * b, a, c * s))
+    authors_btt.load_into(score, wk, wq)
+    scales = np.stack([np.float64(n.scale[...]) for n in score.norms])
+    want = authors_btt.btt_scores(np.float64(x), wk, wq, H, scales, s=s)
     np.testing.assert_allclose(score(x), want, atol=2e-5, rtol=2e-5)
+    m = authors_btt.btt_keys(np.eye(D)[None], wk, wq, H, s).reshape(H, D, D)  # rows: BTT_h(e_i)
+    np.testing.assert_allclose(score.dense_matrices(), m.transpose(0, 2, 1) / D**0.5, atol=1e-5)
+
+
+@pytest.mark.parametrize("D_", [16, 48, 64])
+def test_rank_one_btt_cores_can_be_the_identity(D_):
+    # The authors' (a b) layout: W_K[i_c, i_d, j_b] = [i_d = j_b], W_Q[j_b, i_a, i_c] = [i_a =
+    # i_c] make each head's key map the identity, so a head can score a key against itself. In
+    # the block-major order the same cores are a permutation (and no rank-1 cores give I).
+    H = 2
+    wk, wq = authors_btt.identity_weights(D_, H, btt_blocks)
+    xe = np.random.default_rng(1).normal(size=(2, 5, D_))
+    np.testing.assert_allclose(authors_btt.btt_keys(xe, wk, wq, H), np.tile(xe, (1, H, 1)))
+    plain = BilinearBTTScore(D_, H, qk_norm=False, rngs=nnx.Rngs(0))
+    authors_btt.load_into(plain, wk, wq)
+    np.testing.assert_allclose(plain.dense_matrices(), np.tile(np.eye(D_), (H, 1, 1)) / D_**0.5)
+    xj = jnp.asarray(xe, jnp.float32)
+    np.testing.assert_allclose(plain._keys(xj), np.stack([xe] * H, axis=2), atol=1e-6)
+    normed = BilinearBTTScore(D_, H, rngs=nnx.Rngs(0))  # with the key LayerNorm: LN(x)
+    authors_btt.load_into(normed, wk, wq)
+    want = authors_btt.layernorm(xe, 1.0)
+    np.testing.assert_allclose(normed._keys(xj), np.stack([want] * H, axis=2), atol=1e-5)
 
 
 @pytest.mark.parametrize("qk_norm, cap", [(True, True), (True, False), (False, True)])
