@@ -23,8 +23,11 @@ scores a cosine, which an exact copy of the key maximises in any window, so with
 with noise a rank-6 window confuses the key with random keys that agree with the query on its 6
 directions, while a full-rank score sees all ``d`` (the method README works both out). ``d = 32``
 leaves the read-in room for the value beside the key (``d + 1 <= D``). The recipe is the
-authors' (QK LayerNorm, ``1/sqrt`` logit scales, the RMS cap of the BTT/MLR factors, AdamW with a
-constant learning rate after warm-up), the same for every model and seed.
+authors' (QK LayerNorm, ``1/sqrt`` logit scales, the RMS cap of the BTT/MLR factors, the BTT keys
+in their ``(a b)`` order, AdamW with a constant learning rate after warm-up), the same for every
+model and seed, except that this probe keeps one learning rate and jaxlab's inits
+(``parametrization="standard"``; ``--set parametrization=mup`` gives the authors' per-layer µP
+rates and inits, as ``icl_regression`` uses, with a learning rate to be tuned for it).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class Config:
     qk_norm: bool = True
     logit_scale: str = "sqrt"
     rms_cap: bool = True
+    # "standard": one learning rate, jaxlab's inits (this probe's 1e-2 was tuned so); "mup": the
+    # authors' muPify rates and inits, which icl_regression uses (ICLConfig.parametrization).
+    parametrization: str = "standard"
     seeds: tuple[int, ...] = (0, 1, 2)
     train: TrainConfig = TrainConfig()
 
@@ -91,6 +97,7 @@ class Config:
             qk_norm=self.qk_norm,
             logit_scale=self.logit_scale,
             rms_cap=self.rms_cap,
+            parametrization=self.parametrization,
         )
 
 

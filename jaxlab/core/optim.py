@@ -3,8 +3,9 @@
 AdamW (decoupled weight decay, Loshchilov & Hutter 2019) after global-norm gradient clipping, with
 linear warmup then cosine decay. Weight decay is masked to parameters of rank >= 2 (matrices and
 embeddings), the usual choice for transformers: norm scales and biases are not decayed. A method can
-pass its own ``decay_mask`` or wrap the result (e.g. µP per-parameter rates via
-``optax.multi_transform``).
+pass its own ``decay_mask`` or per-parameter learning rates (``lr_groups``, an
+``optax.multi_transform`` over labels; µP rates are built with :func:`lr_groups_from_multipliers`
+from a table of multipliers keyed by :func:`param_path`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,34 @@ import optax
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.errors import ConfigError
 
-__all__ = ["default_decay_mask", "make_optimizer", "make_schedule"]
+__all__ = [
+    "default_decay_mask",
+    "lr_groups_from_multipliers",
+    "make_optimizer",
+    "make_schedule",
+    "param_path",
+]
+
+LrGroups = tuple[Callable[[Any], Any], Mapping[str, float]]
+
+
+def param_path(path) -> tuple[str, ...]:
+    """Parameter names along a pytree path; a trailing ``value`` (the Variable's leaf) is dropped,
+    so the paths of an ``nnx.State`` and of the raw arrays the optimizer sees agree."""
+    names = tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+    return names[:-1] if names and names[-1] == "value" else names
+
+
+def lr_groups_from_multipliers(table: Mapping[tuple[str, ...], float]) -> LrGroups:
+    """``(labels, multipliers)`` for :func:`make_optimizer` from a learning-rate multiplier per
+    parameter path (:func:`param_path`): one group per distinct multiplier, named ``lr_x<m>``.
+    A parameter whose path is not in ``table`` raises ``KeyError`` when the labels are built."""
+    names = {path: f"lr_x{m:.6g}" for path, m in table.items()}
+
+    def labels(params: Any) -> Any:
+        return jax.tree_util.tree_map_with_path(lambda p, _: names[param_path(p)], params)
+
+    return labels, {name: float(name.removeprefix("lr_x")) for name in names.values()}
 
 
 def make_schedule(cfg: TrainConfig, length: int | None = None) -> optax.Schedule:
@@ -61,7 +89,7 @@ def make_optimizer(
     cfg: TrainConfig,
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
     *,
-    lr_groups: tuple[Callable[[Any], Any], Mapping[str, float]] | None = None,
+    lr_groups: LrGroups | None = None,
     schedule: optax.Schedule | None = None,
 ) -> optax.GradientTransformation:
     """Global-norm clipping then AdamW with the warmup+cosine schedule of ``cfg``.

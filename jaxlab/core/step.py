@@ -29,7 +29,7 @@ task state): inside the scan the model is rebuilt from its arrays for every micr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -39,7 +39,7 @@ from flax import nnx
 
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, constrain, state_shardings
-from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
+from jaxlab.core.optim import LrGroups, default_decay_mask, make_optimizer, make_schedule
 from jaxlab.core.task import StateHook, Task, TrainState, has_task_state
 
 __all__ = [
@@ -193,9 +193,6 @@ def make_hook_step(hook: StateHook, graphdef: Any, stateful: bool) -> Callable:
         return new_state, all_finite((nnx.state(ts.model, nnx.Param), ts.task_state))
 
     return hook_step
-
-
-LrGroups = tuple[Callable[[Any], Any], Mapping[str, float]]
 
 
 def task_optimizer(

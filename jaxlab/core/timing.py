@@ -35,8 +35,8 @@ from flax import nnx
 
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, MeshConfig, global_batch, make_mesh
-from jaxlab.core.optim import default_decay_mask
-from jaxlab.core.step import LrGroups, TrainProgram, build_train_program
+from jaxlab.core.optim import LrGroups, default_decay_mask
+from jaxlab.core.step import TrainProgram, build_train_program
 from jaxlab.core.task import Task
 
 __all__ = [

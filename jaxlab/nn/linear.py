@@ -266,7 +266,10 @@ class BTT(LinearMap):
     stacked along ``d_in``; ``second`` ``(n1 * s, d_out)`` holds the ``m2`` second-stage blocks
     ``(n1 * s, m1)`` side by side along ``d_out``. ``s * (m2 * d_in + n1 * d_out)`` numbers in all.
     Init: ``first`` ~ N(0, 1/n2), ``second`` ~ N(0, std² n2 / s), so every entry of ``M`` has
-    variance ``std²`` and the first stage keeps the input's variance.
+    variance ``std²`` and the first stage keeps the input's variance. At ``std = 1/sqrt(d_in)``
+    (a variance-preserving map) both are the µP init ``N(0, 1/fan_in)`` of Kuang et al.'s
+    ``muPify`` (fan-in ``n2`` of their ``W_K``, ``n1 s`` of their ``W_Q``). ``rms_cap`` does not
+    change the init (the authors draw N(0, 1) and ``muPify`` re-initialises before training).
 
     Output order (``output_order``). ``"group_major"`` (the default) writes output block ``k``'s
     ``m1`` outputs side by side, column ``k m1 + i1``; ``"group_minor"`` interleaves the blocks,
@@ -302,10 +305,8 @@ class BTT(LinearMap):
             )
         s = btt_rank
         (n1, n2), (m1, m2) = btt_blocks(d_in), btt_blocks(d_out)
-        # Under the RMS cap the raw factors start at N(0, 1), as the authors', and the cap sets
-        # their scale (see rms_capped).
-        first_std, second_std = (1.0, 1.0) if rms_cap else (n2**-0.5, std * (n2 / s) ** 0.5)
-        self.first = _normal(rngs, (d_in, m2 * s), first_std, (axes[0], None), param_dtype)
+        second_std = std * (n2 / s) ** 0.5
+        self.first = _normal(rngs, (d_in, m2 * s), n2**-0.5, (axes[0], None), param_dtype)
         self.second = _normal(rngs, (n1 * s, d_out), second_std, (None, axes[1]), param_dtype)
         self.shape = (n1, n2, m2, m1, s)
         self.rms_cap, self.group_minor = rms_cap, output_order == "group_minor"

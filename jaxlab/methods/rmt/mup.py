@@ -21,18 +21,12 @@ from typing import Any
 import jax
 from flax import nnx
 
+from jaxlab.core.optim import lr_groups_from_multipliers, param_path
 from jaxlab.methods.rmt.config import RMTConfig
 
-__all__ = ["base_config", "mup_lr_groups", "mup_multipliers", "param_path"]
+__all__ = ["base_config", "mup_lr_groups", "mup_multipliers"]
 
 _INPUT_NAMES = ("embed",)  # token/position tables: Theta(1) learning rate
-
-
-def param_path(path) -> tuple[str, ...]:
-    """Parameter names along a pytree path; a trailing ``value`` (the Variable's leaf) is dropped,
-    so the paths of an ``nnx.State`` and of the raw arrays the optimizer sees agree."""
-    names = tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-    return names[:-1] if names and names[-1] == "value" else names
 
 
 def _param_shapes(build: Callable[[], nnx.Module]) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -73,9 +67,4 @@ def mup_lr_groups(cfg: RMTConfig) -> tuple[Callable[[Any], Any], Mapping[str, fl
     table = mup_multipliers(
         lambda: RMT(cfg, rngs=nnx.Rngs(0)), lambda: RMT(base_config(cfg), rngs=nnx.Rngs(0))
     )
-    names = {path: f"lr_x{m:.6g}" for path, m in table.items()}
-
-    def labels(params: Any) -> Any:
-        return jax.tree_util.tree_map_with_path(lambda p, _: names[param_path(p)], params)
-
-    return labels, {name: float(name.removeprefix("lr_x")) for name in names.values()}
+    return lr_groups_from_multipliers(table)

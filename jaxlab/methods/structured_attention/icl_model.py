@@ -21,6 +21,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.core.config import check, check_choices
+from jaxlab.methods.structured_attention.mup import MUP_INPUT_STD
 from jaxlab.methods.structured_attention.scoring import (
     MIN_LEVEL_WIDTH,
     BilinearBTTScore,
@@ -52,12 +53,20 @@ class ICLConfig:
       logit_scale: ``"sqrt"`` (default) or the authors' µP scales ``"mup"`` (per scoring, see
         :mod:`~jaxlab.methods.structured_attention.scoring`).
       rms_cap: the authors' RMS cap of the BTT and MLR factor weights (no effect on ``mha``)
-        (:func:`jaxlab.nn.linear.rms_capped`); off by default.
-      position_std: init std of the learned positions. Garg et al.'s GPT-2 uses 0.02; here 1.0,
-        the scale of the read-in tokens: a y token ``(y, 0, .., 0)`` lies along a read-in
-        direction that x tokens share, so at 0.02 the model tells the two kinds of token apart
-        only through a tiny positional signal and learns the task much later (see the method
-        README).
+        (:func:`jaxlab.nn.linear.rms_capped`); off by default. It does not change the init.
+      parametrization: ``"standard"`` (jaxlab's inits: read-in N(0, 1), output maps scaled by
+        ``1/sqrt(2L)``, one learning rate) or ``"mup"``, the authors' ``muPify``
+        (:mod:`~jaxlab.methods.structured_attention.mup`): read-in and positions N(0, 0.02²),
+        the attention's and MLP's output maps and the read-out at zero, and per-layer learning
+        rates from :func:`~jaxlab.methods.structured_attention.mup.mup_lr_groups` (the tasks'
+        ``optimizer``). In both, every hidden matrix and every BTT/MLR factor starts at
+        N(0, 1/fan_in), LayerNorm scales at one.
+      position_std: init std of the learned positions; ``None`` (default): 1.0 under
+        ``"standard"``, the authors' 0.02 under ``"mup"``. Garg et al.'s GPT-2 uses 0.02 with a
+        read-in at 0.02; with jaxlab's read-in at 1.0 a y token ``(y, 0, .., 0)`` lies along a
+        read-in direction that x tokens share, so positions at 0.02 would tell the two kinds of
+        token apart only through a tiny signal and the task is learned much later (see the
+        method README); 1.0 keeps the ratio of the two scales.
     """
 
     dim: int = 16
@@ -71,15 +80,21 @@ class ICLConfig:
     qk_norm: bool = True
     logit_scale: Literal["sqrt", "mup"] = "sqrt"
     rms_cap: bool = False
-    position_std: float = 1.0
+    parametrization: Literal["standard", "mup"] = "standard"
+    position_std: float | None = None
 
     def __post_init__(self) -> None:
         # Messages name the fields themselves: the ICL experiments pass several of them through
         # under the same names (mlr_ranks, qk_norm, logit_scale, num_layers) and check the others
         # (their widths and heads) in their own terms first.
         check_choices(self)
-        for name in ("dim", "n_points", "d_model", "num_layers", "num_heads", "position_std"):
+        for name in ("dim", "n_points", "d_model", "num_layers", "num_heads"):
             check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        check(
+            self.position_std is None or self.position_std > 0,
+            f"position_std must be positive (or None: the parametrization's), got "
+            f"{self.position_std}",
+        )
         check(
             self.d_model % self.num_heads == 0,
             f"num_heads={self.num_heads} must divide d_model={self.d_model}",
@@ -103,6 +118,22 @@ class ICLConfig:
     def seq_len(self) -> int:
         return 2 * self.n_points
 
+    @property
+    def mup(self) -> bool:
+        return self.parametrization == "mup"
+
+    def input_stds(self) -> tuple[float, float]:
+        """Init stds of the read-in and of the positions: the authors' 0.02 for both under µP;
+        1.0 (inputs have variance 1/d) and ``position_std`` (default 1.0) otherwise."""
+        if self.mup:
+            return MUP_INPUT_STD, self.position_std or MUP_INPUT_STD
+        return 1.0, self.position_std or 1.0
+
+    def output_std(self, fan_in: int, depth_scale: float = 1.0) -> float:
+        """Init std of a map that writes into the residual stream or the prediction: 0 under
+        µP (``muPify``'s zeros), else ``(fan_in * depth_scale)^-1/2``."""
+        return 0.0 if self.mup else (fan_in * depth_scale) ** -0.5
+
 
 def _scorer(cfg: ICLConfig, rngs: nnx.Rngs) -> nnx.Module:
     common = dict(qk_norm=cfg.qk_norm, logit_scale=cfg.logit_scale, rngs=rngs)
@@ -121,7 +152,7 @@ class ScoredAttention(nnx.Module):
         D, dense = cfg.d_model, LinearSpec()
         self.score = _scorer(cfg, rngs)
         self.v = dense(D, D, std=D**-0.5, rngs=rngs)
-        self.out = dense(D, D, std=(D * 2 * cfg.num_layers) ** -0.5, rngs=rngs)
+        self.out = dense(D, D, std=cfg.output_std(D, 2 * cfg.num_layers), rngs=rngs)
         self.num_heads = cfg.num_heads
 
     def __call__(
@@ -152,7 +183,7 @@ class _Block(nnx.Module):
         self.norm1 = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
         self.attn = ScoredAttention(cfg, rngs=rngs)
         self.norm2 = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
-        self.mlp = MLP(D, 4 * D, in_std=D**-0.5, out_std=(8 * D * cfg.num_layers) ** -0.5,
+        self.mlp = MLP(D, 4 * D, in_std=D**-0.5, out_std=cfg.output_std(4 * D, 2 * cfg.num_layers),
                        matmul_impl="xla", rngs=rngs)  # fmt: skip
 
     def __call__(self, x_BTD):
@@ -167,12 +198,13 @@ class ICLTransformer(nnx.Module):
     def __init__(self, cfg: ICLConfig, *, rngs: nnx.Rngs):
         D, dense = cfg.d_model, LinearSpec()
         self.cfg = cfg
-        self.read_in = dense(cfg.dim, D, std=1.0, rngs=rngs)  # inputs have variance 1/d
-        init = param_init(nnx.initializers.normal(cfg.position_std), (None, None))
+        read_in_std, position_std = cfg.input_stds()
+        self.read_in = dense(cfg.dim, D, std=read_in_std, rngs=rngs)
+        init = param_init(nnx.initializers.normal(position_std), (None, None))
         self.positions = nnx.Param(init(rngs.params(), (cfg.seq_len, D), jnp.float32))
         self.blocks = nnx.List([_Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
         self.final_norm = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
-        self.read_out = dense(D, 1, std=D**-0.5, rngs=rngs)
+        self.read_out = dense(D, 1, std=cfg.output_std(D), rngs=rngs)
 
     def __call__(self, xs_BNd: Float[Array, "B N d"], ys_BN: Float[Array, "B N"]):
         B, N, d = xs_BNd.shape

@@ -17,12 +17,16 @@ import dataclasses
 import grain
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.optim import LrGroups, make_optimizer
 from jaxlab.data.icl_regression import regression_batch
 from jaxlab.methods.structured_attention.icl_model import ICLConfig, ICLTransformer
+from jaxlab.methods.structured_attention.mup import mup_lr_groups
 
-__all__ = ["ICLRegressionTask", "curriculum"]
+__all__ = ["ICLRegressionTask", "curriculum", "icl_lr_groups"]
 
 EVAL_SEED = 1_000_003  # the evaluation stream, apart from every training seed
 
@@ -77,3 +81,15 @@ class ICLRegressionTask:
 
     def units_per_example(self) -> tuple[int, str]:
         return 1, "prompts"
+
+    def optimizer(self, cfg: TrainConfig, schedule: optax.Schedule):
+        """The loop's AdamW, with the authors' per-layer µP rates under ``parametrization="mup"``
+        (:func:`~jaxlab.methods.structured_attention.mup.mup_lr_groups`)."""
+        return make_optimizer(cfg, lr_groups=icl_lr_groups(self), schedule=schedule)
+
+
+def icl_lr_groups(task) -> LrGroups | None:
+    """A task's µP learning-rate groups (``None``: one rate) from the shapes of its model."""
+    if not task.model.mup:
+        return None
+    return mup_lr_groups(nnx.eval_shape(lambda: task.build_model(nnx.Rngs(0))))

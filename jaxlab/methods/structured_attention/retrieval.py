@@ -17,11 +17,15 @@ import dataclasses
 
 import grain
 import jax.numpy as jnp
+import optax
 from flax import nnx
 from jaxtyping import Array, Float
 
+from jaxlab.core.config import TrainConfig
+from jaxlab.core.optim import make_optimizer
 from jaxlab.data.icl_retrieval import retrieval_batch
 from jaxlab.methods.structured_attention.icl_model import ICLConfig, ScoredAttention
+from jaxlab.methods.structured_attention.icl_task import icl_lr_groups
 from jaxlab.nn.linear import LinearSpec
 
 __all__ = ["RetrievalModel", "RetrievalTask"]
@@ -39,10 +43,10 @@ class RetrievalModel(nnx.Module):
     def __init__(self, cfg: ICLConfig, *, rngs: nnx.Rngs):
         D, dense = cfg.d_model, LinearSpec()
         self.cfg = cfg
-        self.read_in = dense(cfg.dim + 1, D, std=1.0, rngs=rngs)
+        self.read_in = dense(cfg.dim + 1, D, std=cfg.input_stds()[0], rngs=rngs)
         self.norm = nnx.LayerNorm(D, use_bias=False, rngs=rngs)
         self.attn = ScoredAttention(cfg, rngs=rngs)
-        self.read_out = dense(D, 1, std=D**-0.5, rngs=rngs)
+        self.read_out = dense(D, 1, std=cfg.output_std(D), rngs=rngs)
 
     def __call__(
         self,
@@ -100,3 +104,8 @@ class RetrievalTask:
 
     def units_per_example(self) -> tuple[int, str]:
         return 1, "prompts"
+
+    def optimizer(self, cfg: TrainConfig, schedule: optax.Schedule):
+        """The loop's AdamW, with the authors' per-layer µP rates under ``parametrization="mup"``
+        (:func:`~jaxlab.methods.structured_attention.mup.mup_lr_groups`)."""
+        return make_optimizer(cfg, lr_groups=icl_lr_groups(self), schedule=schedule)

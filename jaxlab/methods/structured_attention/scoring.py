@@ -39,9 +39,10 @@ that :meth:`dense_matrices` reconstructs (tested). The authors' recipe (``src/mo
 of switches here: ``qk_norm`` (their ``do_qk_ln``, a bias-free LayerNorm, on for every model in
 their ICL runs), ``logit_scale`` (``"sqrt"``, or their µP ``"mup"``: ``8/d_head`` for MHA, ``8/(r_l
 2^l)`` per MLR level, ``1/D`` for BTT — no factor 8 there, as theirs) and ``rms_cap`` (each
-factor's RMS held at most at its init scale on every forward, :func:`jaxlab.nn.linear.rms_capped`;
-the raw factors then start at N(0, 1), as theirs). One difference stays: the authors cap all heads'
-factors of a level as one tensor; here each head's BTT caps its own factors."""
+factor's RMS held at most at its init scale on every forward, :func:`jaxlab.nn.linear.rms_capped`).
+The factors start at N(0, 1/fan_in) with or without the cap: the authors draw them at N(0, 1), but
+``muPify`` (``src/muP.py``) re-initialises them so before any training. One difference stays: the
+authors cap all heads' factors of a level as one tensor; here each head's BTT caps its own."""
 
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ class BilinearBTTScore(nnx.Module):
 
     Each head's key map is a ``D -> D`` :class:`jaxlab.nn.linear.BTT` of TT rank ``btt_rank`` in
     the authors' ``(a b)`` output order (``output_order="group_minor"``, module docstring),
-    initialised variance-preserving (entries N(0, 1/D)), or RMS-capped (``rms_cap``).
+    initialised variance-preserving (entries N(0, 1/D): each core at N(0, 1/fan_in)), optionally
+    RMS-capped (``rms_cap``).
     """
 
     def __init__(
@@ -278,8 +280,9 @@ class BilinearMLRScore(nnx.Module):
         init = nnx.initializers.normal(1.0)
         self.wq, self.wk, self.norms_q, self.norms_k = (nnx.List() for _ in range(4))
         for level, r in enumerate(ranks):
-            # Variance preserving within a block; N(0, 1) raw factors under the RMS cap (theirs).
-            std = 1.0 if rms_cap else (D / 2**level) ** -0.5
+            # N(0, 1/fan_in), fan-in the block's D / 2^l: the authors' muPify init (with or
+            # without the cap; their N(0, 1) draw is always re-initialised so before training).
+            std = (D / 2**level) ** -0.5
             for factors in (self.wq, self.wk):
                 factors.append(nnx.Param(init(rngs.params(), (D, H * r)) * std))
             if qk_norm:

@@ -8,9 +8,9 @@ import pytest
 from flax import nnx
 
 from jaxlab.core.config import TrainConfig
-from jaxlab.core.optim import make_optimizer
+from jaxlab.core.optim import make_optimizer, param_path
 from jaxlab.methods.rmt import RMT, RMTConfig
-from jaxlab.methods.rmt.mup import mup_lr_groups, param_path
+from jaxlab.methods.rmt.mup import mup_lr_groups
 
 BASE = RMTConfig(seq_len=8, num_layers=1, rank=4, d_key=8, d_value=8, d_ff=64)
 

@@ -88,8 +88,10 @@ def test_bilinear_mlr_mup_scale_and_rms_cap_match_the_authors(x, cap):
         c = 1 / np.sqrt(r * p) * (8 / np.sqrt(r * p))  # theirs: 1/sqrt(r p), times 8/sqrt(r p)
         want = want + np.einsum("bthe,bshe->bhts", *sides) * c
     np.testing.assert_allclose(score(x), want, rtol=2e-5, atol=2e-5)
-    if cap:  # the raw factors start at N(0, 1), so the cap binds from the first step
-        assert float(jnp.sqrt(jnp.mean(score.wq[0][...] ** 2))) > 0.5
+    # the factors start at muPify's N(0, 1/fan_in), fan-in D / 2^l, with or without the cap
+    for level in range(len(ranks)):
+        rms = float(jnp.sqrt(jnp.mean(score.wq[level][...] ** 2)))
+        assert rms == pytest.approx((D / 2**level) ** -0.5, rel=0.3)
 
 
 @pytest.mark.parametrize("cap", [False, True])
