@@ -3,26 +3,42 @@ linear regression, at every compute budget (Kuang et al. 2025, Sec. 5.1, Fig. 3)
 
 Command:  python experiments/run.py --exp=icl_regression      (``--smoke``: seconds)
 Result:   the headline printed at the end: the error at the last query per model (mean ± sd over
-          seeds) beside the zero predictor (about 1) and least squares (about 0); error against
-          training FLOPs in error_vs_flops.png; full numbers in summary.json, measured results in
-          jaxlab/methods/structured_attention/README.md.
+          seeds) beside the zero predictor (about 1) and least squares (about 0), at equal steps
+          and, per seed, at equal training FLOPs (the smallest model's total, MHA-8's); error
+          against training FLOPs in error_vs_flops.png; full numbers in summary.json, measured
+          results in jaxlab/methods/structured_attention/README.md.
+Runtime:  the default's 12 runs are sized for about 20 minutes on 2 idle CPU cores (estimated from
+          step-time probes against the previous default's measured idle time; the method README
+          records the measured wall time), inside a 25-minute budget.
 
 The Garg et al. (2022) set-up: prompts of ``N = 2d`` points with ``x ~ N(0, I/d)``, ``y = w^T x``,
-``w ~ N(0, I)`` fresh per prompt, read-in/read-out maps
+no noise, ``w ~ N(0, I)`` fresh per prompt, read-in/read-out maps
 (:mod:`jaxlab.methods.structured_attention.icl_task`). Four models at each ``(d, D)``, identical
 but for the scoring function, as the authors' ``scripts/icl_regression/submit_icl_regression.sh``:
 8-head MHA (head dim ``D/8``, below ``d`` so that its per-head rank cannot hold the ``d``-dim
-inputs), 1-head MHA (the full-rank control), bilinear BTT with 8 heads (TT rank 1, full rank ``D``
-per head) and bilinear MLR with 8 heads whose ranks sum to ``D/8`` per head (the authors' rule: the
-QK projections cost what MHA's do). Every model gets the authors' recipe (``train_ICL.py``):
-QK LayerNorm on, ``1/sqrt`` logit scales (their ICL runs set ``mha_SP_attn_logits_scaling=True``
-and leave the bilinear µP flags off), the RMS cap of the BTT/MLR factors, AdamW (b2 0.95, no
-weight decay) with a constant learning rate after warm-up. Every run gets the same steps, batch,
-learning rate and seeds (a seed fixes the init and the prompt stream). Training FLOPs are the
-analytic count of each model's forward pass (from the shapes it builds) times 3. The default
-(d = 8, D = 48: 8-head head dim 6 < 8, MLR ranks 3|2|1 per head) is sized for 2 CPU cores;
-``--set preset=paper`` gives the authors' sweep (d from 16 to 256, their curriculum reaching the
-full task at 6% of 500k steps) for accelerators.
+inputs), 1-head MHA (the full-rank control), bilinear BTT with 8 heads (TT rank 1, blocks from the
+authors' ``factorize``, keys in their ``(a b)`` order, full rank ``D`` per head) and bilinear MLR
+with 8 heads whose ranks sum to ``D/8`` per head (the authors' rule: the QK projections cost what
+MHA's do). Every model gets the authors' recipe (``train_ICL.py``): QK LayerNorm on, ``1/sqrt``
+logit scales (their ICL runs set ``mha_SP_attn_logits_scaling=True`` and leave the bilinear µP
+flags off), the RMS cap of the BTT/MLR factors, their ``muPify`` (``parametrization="mup"``:
+read-in and positions at N(0, 0.02²), zero-initialised output maps and read-out, N(0, 1/fan_in)
+hidden matrices and factors, AdamW rates ``lr * 768 / fan_in`` per matrix), AdamW (b1 0.9, b2 0.95,
+eps 1e-20, no weight decay) with a 1,000-step linear warm-up then a constant rate, no gradient
+clipping, and a curriculum that reaches the full ``(d, N)`` at 6% of the steps (theirs: from 4
+dims and 8 points; here 4 equal stages from ``d/4`` and ``N/4``). Every run gets the same steps,
+batch, learning rate and seeds (a seed fixes the init and the prompt stream). Training FLOPs are the
+analytic count of each model's forward pass (from the shapes it builds) times 3.
+
+The default is the smallest point of the authors' grid where the bottleneck binds: d = 16, D = 64,
+8 heads (head dim 8 = d/2), N = 32, MLR ranks 4|2|1|1 per head (every level's LayerNorm sees at
+least 4 numbers), learning rate 1e-4 (the one value in every model's grid of their script), 3
+paired seeds. What is smaller than theirs, to fit the budget: 2 layers instead of 6 (a layer fewer
+would leave no way to pair a y token with its x), batches of 32 prompts instead of 64, and 1,500
+steps (the warm-up, then 500 at the constant rate) instead of 500k. ``--set preset=paper`` gives
+their grid (d from 16 to 256, D from 64 to 1024, 6 layers, batches of 64, 500k steps) for
+accelerators; D = 16 and 32 are left out, where 8 heads leave an MLR level a LayerNorm of 1 or 2
+numbers.
 """
 
 from __future__ import annotations
@@ -39,12 +55,12 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import MetricWriter
 from jaxlab.core.plots import pairs_figure, save_figure
 from jaxlab.core.scaling import mean_sd
-from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep
+from jaxlab.core.sweep import Run, check_seeds, mean_curve, read_curve, sweep, value_at
 from jaxlab.data.icl_regression import least_squares_error
 from jaxlab.methods.structured_attention.icl_model import ICLConfig, ICLTransformer
 from jaxlab.methods.structured_attention.icl_task import ICLRegressionTask
 
-# model name -> (scoring, heads). ``mha16`` (head dim D/16, 3 at D = 48) is not in the default
+# model name -> (scoring, heads). ``mha16`` (head dim D/16, 4 at D = 64) is not in the default
 # comparison: it asks whether the per-head rank is what limits MHA here (--set models=mha16).
 MODELS = {
     "mha8": ("mha", 8),
@@ -58,23 +74,23 @@ DEFAULT_MODELS = ("mha8", "btt8", "mlr8", "mha1")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    dims: tuple[int, ...] = (8,)  # d; prompts hold 2d points
-    widths: tuple[int, ...] = (48,)  # the 8-head MHA's head dim D / 8 = 6 is below d = 8
+    dims: tuple[int, ...] = (16,)  # d; prompts hold 2d points
+    widths: tuple[int, ...] = (64,)  # the 8-head MHA's head dim D / 8 = 8 is d / 2
     models: tuple[str, ...] = DEFAULT_MODELS
     num_layers: int = 2
     # Per head at widths[0], scaled by D / widths[0]; sum = D / 8 (the 8-head MHA's head dim), as
     # the authors' sum_l r_l = d_head. Under qk_norm every level's LayerNorm needs r_l 2^l >= 3
-    # numbers (scoring.MIN_LEVEL_WIDTH): at D = 32 every split of 4 leaves a level of 1 or 2 (the
-    # authors' layout has the same degeneracy there); 48 (3|2|1) is the smallest width with 8
-    # heads and three such levels (40 with 3|2 has two).
-    mlr_ranks: tuple[int, ...] = (3, 2, 1)
+    # numbers (scoring.MIN_LEVEL_WIDTH); 4|2|1|1 gives 4, 4, 4, 8 (16|8|4|4 at D = 256 is one of
+    # the authors' rank lists).
+    mlr_ranks: tuple[int, ...] = (4, 2, 1, 1)
     # The authors' recipe (module docstring); each a switch of ICLConfig.
     qk_norm: bool = True
     logit_scale: str = "sqrt"
     rms_cap: bool = True
-    seeds: tuple[int, ...] = (0, 1)
+    parametrization: str = "mup"
+    seeds: tuple[int, ...] = (0, 1, 2)
     # The curriculum reaches (d, N) at this fraction of the steps (0: none; the authors' 0.06).
-    curriculum_fraction: float = 0.0
+    curriculum_fraction: float = 0.06
     train: TrainConfig = TrainConfig()
 
     def __post_init__(self) -> None:
@@ -127,26 +143,32 @@ class Config:
             qk_norm=self.qk_norm,
             logit_scale=self.logit_scale,
             rms_cap=self.rms_cap,
+            parametrization=self.parametrization,
         )
 
 
-# The authors' optimiser: AdamW, b2 0.95, no weight decay, constant after warm-up.
-_TRAIN = dict(weight_decay=0.0, min_lr_ratio=1.0, grad_clip=1.0, keep_checkpoints=1)
-# Default steps, sized to the idle 2-core budget (15 minutes for the 8 runs) in the method README.
-# The schedule is constant after warm-up, so a longer run (--set train.steps=3000) continues this
-# one's trajectory exactly.
-STEPS = 1800
+# The authors' optimiser (train_ICL.py, muPify): AdamW b1 0.9, b2 0.95, eps 1e-20, no weight decay,
+# no clipping, a 1,000-step linear warm-up then a constant rate (their get_lr_mult with
+# min_lr = lr); the per-layer µP rates come from the task's optimizer (parametrization="mup").
+_TRAIN = dict(
+    weight_decay=0.0, min_lr_ratio=1.0, grad_clip=0.0, b1=0.9, b2=0.95, eps=1e-20,
+    keep_checkpoints=1,
+)  # fmt: skip
+WARMUP = 1000
+# Default steps and batch, sized to the idle 2-core budget (module docstring). The schedule is
+# constant after warm-up, so a longer run (--set train.steps=3000) continues this one exactly.
+STEPS = 1500
 PRESETS = {
     "default": lambda: Config(
         train=TrainConfig(
             steps=STEPS,
-            batch_size=64,
-            learning_rate=1e-3,
-            warmup_steps=100,
+            batch_size=32,
+            learning_rate=1e-4,
+            warmup_steps=WARMUP,
             checkpoint_every=STEPS,
-            eval_every=150,
-            eval_batches=8,
-            log_every=150,
+            eval_every=100,
+            eval_batches=16,
+            log_every=100,
             **_TRAIN,
         )
     ),
@@ -160,7 +182,7 @@ PRESETS = {
         train=TrainConfig(
             steps=6,
             batch_size=8,
-            learning_rate=1e-3,
+            learning_rate=1e-4,
             warmup_steps=1,
             checkpoint_every=6,
             eval_every=3,
@@ -171,16 +193,13 @@ PRESETS = {
     ),
     "paper": lambda: Config(
         dims=(16, 32, 64, 128, 256),
-        widths=(64, 128, 256, 512),
+        widths=(64, 128, 256, 512, 1024),
         num_layers=6,
-        mlr_ranks=(4, 2, 1, 1),  # 16|8|4|4 at D = 256, one of the authors' rank lists
-        seeds=(0, 1, 2),
-        curriculum_fraction=0.06,
         train=TrainConfig(
             steps=500_000,
             batch_size=64,
             learning_rate=1e-4,
-            warmup_steps=1000,
+            warmup_steps=WARMUP,
             checkpoint_every=10_000,
             eval_every=2500,
             eval_batches=16,
@@ -285,6 +304,12 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
         headline[f"below_zero_predictor_{cell}"] = below
         lines.append(f"  d={d} D={w} (8-head head dim {w // 8}; zero predictor {ref['zero']:.3f}, "
                      f"least squares {ref['least_squares']:.2e}): " + ", ".join(parts))  # fmt: skip
+    for cell in cells:
+        equal = at_equal_flops({name: results[name][cell] for name in results})
+        headline[f"at_equal_flops_{cell}"] = equal
+        parts = [f"{n} {', '.join(f'{e:.3f}' for e in equal['per_seed'][n])}" for n in results]
+        lines.append(f"  {cell} at equal training FLOPs ({equal['flops']:.3g}; per seed): "
+                     + "; ".join(parts))  # fmt: skip
     if "mha8" in results:
         for name in ("btt8", "mlr8"):
             if name in results:
@@ -294,6 +319,32 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
                     for c in cells
                 )
                 headline[f"{name}_beats_mha8_everywhere"] = beats
-                lines.append(f"  {name} below 8-head MHA in every (d, D): {beats}")
+                lines.append(f"  {name} below 8-head MHA in every (d, D), equal steps: {beats}")
+                for cell in cells:
+                    per_seed = headline[f"at_equal_flops_{cell}"]["per_seed"]
+                    wins = [a < b for a, b in zip(per_seed[name], per_seed["mha8"], strict=True)]
+                    headline[f"{name}_beats_mha8_at_equal_flops_{cell}"] = wins
+                    lines.append(f"  {name} below 8-head MHA at equal FLOPs, {cell}, per seed: "
+                                 f"{wins}")  # fmt: skip
     print("\n".join(lines))
     return {"headline": headline}
+
+
+def at_equal_flops(entries: dict) -> dict:
+    """Each model's error at the last query, per seed, at the same training FLOPs: the smallest
+    total compute of the models (their last evaluated step times FLOPs per step), read off each
+    seed's curve by linear interpolation on the FLOP axis (:func:`jaxlab.core.sweep.value_at`).
+    ``entries``: model name -> ``{"train_flops_per_step", "runs": [{"steps", "last_error"}]}``."""
+    budget = min(
+        run["steps"][-1] * entry["train_flops_per_step"]
+        for entry in entries.values()
+        for run in entry["runs"]
+    )
+    per_seed = {
+        name: [
+            value_at(run["steps"], run["last_error"], budget, scale=entry["train_flops_per_step"])
+            for run in entry["runs"]
+        ]
+        for name, entry in entries.items()
+    }
+    return {"flops": budget, "per_seed": per_seed}

@@ -130,7 +130,7 @@ BAD_INPUT = [
     ("icl-16-heads", ["--exp", "icl_regression", "--set", "models=mha16", "--set", "widths=24"],
      None, 2, "widths=(24,): 24 does not split into the 16 heads of mha16"),
     ("icl-ranks-of-another-width", ["--exp", "icl_regression", "--set", "widths=40"], None, 2,
-     "mlr_ranks=(3, 2, 1) sum to 6, but the 8 heads of mlr8 at widths[0]=40 are 5 wide; give "
+     "mlr_ranks=(4, 2, 1, 1) sum to 8, but the 8 heads of mlr8 at widths[0]=40 are 5 wide; give "
      "mlr_ranks that sum to 5"),
     ("workdir-inside-a-run", [*SMOKE4, "--workdir", "{w}/rmt_D32_seed0"], _copy_finished, 2,
      "lies inside"),
