@@ -1,6 +1,7 @@
 """Partial OT (entropic Dykstra, exact dummy-point LP) vs ott-jax, POT, scipy's HiGHS on the
 original partial LP, its KKT; the network simplex's result code and budget; dtypes, inputs."""
 
+import threading
 import warnings
 
 import jax
@@ -158,6 +159,34 @@ def test_large_problems_get_a_pivot_budget_above_pots_default(x64, monkeypatch):
     )
     jax.block_until_ready(out)  # the callback may still be running
     assert seen == {"numItermax": 2001 * 1501, "shape": (2001, 1501)}
+
+
+def test_a_float64_exact_solve_runs_where_x64_is_off():
+    # JAX converts a callback's inputs and outputs with the x64 setting of the thread that runs
+    # it; XLA may run it on a worker thread, which a scoped jax.enable_x64 does not reach. A
+    # program compiled under the scope and called from a thread without it makes that certain:
+    # the float64 plan failed the call ("Incorrect output dtype") before the plan crossed as words.
+    n = 20
+    cost = _problem(n, n, 16)
+    a, b = np.full(n, 1 / (0.7 * n)), np.full(n, 1 / n)
+    with jax.enable_x64(True):
+        args = [jnp.asarray(x) for x in (cost, a, b)]
+        compiled = jax.jit(lambda c, a, b: partial_ot(a, b, c, mass=1 / 3)).lower(*args).compile()
+    result = {}
+
+    def call():
+        try:
+            result["plan"] = np.asarray(jax.block_until_ready(compiled(*args)).matrix)
+        except Exception as err:  # reported by the assertion below
+            result["error"] = err
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    assert "error" not in result, result.get("error")
+    ref, _ = _partial_lp_scipy(a, b, cost, 1 / 3)
+    assert result["plan"].dtype == np.float64
+    np.testing.assert_allclose(result["plan"], ref, atol=1e-14)
 
 
 @pytest.mark.slow
