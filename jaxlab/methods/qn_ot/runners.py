@@ -140,6 +140,7 @@ def reference_plan(problem: OTProblem, eta: float, tol: float = 1e-10) -> tuple[
     return np.asarray(res.plan), float(res.mar_errs[-1])
 
 
+#: The ott-jax Sinkhorn variants :func:`ott_runner` runs (see there).
 OTT_VARIANTS = ("plain", "momentum", "anderson", "plain_every10")
 
 
