@@ -204,9 +204,9 @@ def pivot_budget(n: int, m: int) -> int:
     """The network simplex's pivot budget for an ``n × m`` partial problem (augmented to
     ``(n + 1) × (m + 1)``): its number of arcs, at least POT's default of 100,000.
 
-    POT's constant default stops large problems before optimality; the pivots the solver needs
-    grow with the problem's size, far more slowly than its arcs, so this bound only stops a
-    solve that cycles.
+    POT's default does not grow with the problem, so a large enough one stops before optimality;
+    the pivots a solve needs grow with the problem's size far more slowly than its arcs (on the
+    problems of ``partial_ot_bench``), so this bound only stops a solve that cycles.
     """
     return max(100_000, (n + 1) * (m + 1))
 
@@ -217,7 +217,7 @@ def _emd_host(cost, a, b, mass):
     Numpy in (any float dtype), numpy out: the ``(n, m)`` plan in float64, ``converged`` and the
     number of network-simplex solves (1; 0 when the input admits no plan).
     """
-    import ot  # a main dependency, imported on first use (importing it takes a second or two)
+    import ot  # a main dependency; its import is slow, so only an exact solve pays for it
 
     cost, a, b, mass = (np.asarray(x, np.float64) for x in (cost, a, b, mass))
     n, m = cost.shape
