@@ -6,14 +6,18 @@ jaxlab/methods/qn_ot/README.md, written from this experiment's ``summary.json``.
 
 Protocol (paper Section 5 at CPU size): Synthetic I (uniform random cost), Synthetic II (1-D
 Gaussian mixtures on a grid) and an MNIST digit pair (28 × 28 grid, ℓ1 cost), ``η ∈ {1e-2, 1e-3}``,
-``tol = 1e-8``; every jaxlab solver, ott-jax Sinkhorn (plain / momentum / Anderson) and the authors'
-C++ SPLR (``regot``) run in this process on the same float64 input, timed alike
+``tol = 1e-8``; every jaxlab solver, ott-jax Sinkhorn (plain / momentum / Anderson with the error
+checked every iteration, and plain at ott's default cadence, every tenth), POT's log-domain Sinkhorn
+and the authors' C++ SPLR (``regot``) run in this process on the same float64 input, timed alike
 (:mod:`jaxlab.core.timing`: one warm-up, ``repeats`` interleaved rounds, the median), so the
 SPLR/regot ratio is measured side by side. Sinkhorn-type budgets are capped by ``sinkhorn_work``
 (entry-iterations) so the default run fits in minutes. ``metrics.jsonl`` has one row per (problem,
 η, method); ``conv_*.png`` plot ``‖g‖`` against iterations and seconds; ``summary.json``'s
 ``headline`` answers the claim (per case: SPLR and regot iterations, the time ratio, whether
-Sinkhorn converged).
+Sinkhorn converged). The peers (regot, ott-jax, POT) are also gathered into one table, printed at
+the end and kept in ``summary.json`` (``peers``) and ``peers.md``: per case each peer's iterations,
+seconds and convergence beside the jaxlab solver it is compared with (SPLR for regot, Sinkhorn for
+the Sinkhorn peers) and the time ratio jaxlab / peer.
 """
 
 from __future__ import annotations
@@ -30,14 +34,21 @@ from jaxlab.core.plots import save_figure, traces_figure
 from jaxlab.data.ot_problems import make_problem, parse_problem_spec
 from jaxlab.methods.qn_ot import Method
 from jaxlab.methods.qn_ot.runners import (
+    OTT_VARIANTS,
     jaxlab_runner,
     ott_runner,
+    pot_runner,
     reference_plan,
     regot_runner,
     run_case,
 )
 
-OTT_VARIANTS = ("plain", "momentum", "anderson")
+# Each peer row and the jaxlab method it is compared with in the peers table.
+PEERS = {
+    "regot_splr": "splr",
+    **{f"ott_{v}": "sinkhorn" for v in OTT_VARIANTS},
+    "pot_sinkhorn_log": "sinkhorn",
+}
 # Dense Newton and the no-low-rank ablation (~10x more iterations than SPLR) only on problems up to
 # newton_max_n, SSNS (masked dense Hessian, slow on MNIST) up to ssns_max_n: they would dominate
 # the default run time on CPU.
@@ -50,6 +61,7 @@ class Config:
     etas: tuple[float, ...] = (1e-2, 1e-3)
     methods: tuple[str, ...] = ("splr", "sinkhorn", "lbfgs", "sparse_newton", "ssns", "newton")
     ott_variants: tuple[str, ...] = OTT_VARIANTS
+    pot_sinkhorn: bool = True  # POT's log-domain Sinkhorn, a Sinkhorn-type peer
     tol: float = 1e-8
     max_iter: int = 1000  # Newton-type methods, L-BFGS and the C++ SPLR
     sinkhorn_max_iter: int = 20_000
@@ -83,7 +95,7 @@ PRESETS = {
         problems=("synthetic1:40", "synthetic2:40"),
         etas=(1e-2,),
         methods=("splr", "sinkhorn", "lbfgs"),
-        ott_variants=("plain",),
+        ott_variants=("plain", "plain_every10"),
         sinkhorn_max_iter=3000,
         repeats=1,
     ),
@@ -113,7 +125,59 @@ def _runners(cfg: Config, problem, eta: float, ref) -> list:
         runners.append(jaxlab_runner(problem, eta, method, cfg.tol, budget, ref))
     for variant in cfg.ott_variants:
         runners.append(ott_runner(problem, eta, variant, cfg.tol, sk_iters, ref))
+    if cfg.pot_sinkhorn:
+        runners.append(pot_runner(problem, eta, cfg.tol, sk_iters, ref))
     return runners
+
+
+def peer_table(cases: dict) -> list[dict]:
+    """One row per (case, peer): the peer's iterations, seconds and convergence beside those of
+    the jaxlab method it is compared with (:data:`PEERS`; None where that method did not run),
+    and the time ratio jaxlab / peer."""
+    table = []
+    for case, c in cases.items():
+        for peer, ours in PEERS.items():
+            if peer not in c:
+                continue
+            mine = c.get(ours)
+            table.append(
+                {
+                    "case": case,
+                    "peer": peer,
+                    "peer_iters": c[peer]["iters"],
+                    "peer_seconds": c[peer]["seconds"],
+                    "peer_converged": c[peer]["converged"],
+                    "jaxlab": ours,
+                    "jaxlab_iters": mine and mine["iters"],
+                    "jaxlab_seconds": mine and mine["seconds"],
+                    "jaxlab_converged": mine and mine["converged"],
+                    "jaxlab_over_peer_seconds": mine and mine["seconds"] / c[peer]["seconds"],
+                }
+            )
+    return table
+
+
+def peer_markdown(table: list[dict]) -> str:
+    """The peers table as Markdown: iterations / seconds per solver, marked where not converged."""
+
+    def cell(iters, seconds, converged):
+        if iters is None:
+            return "–"
+        return f"{iters} / {seconds:.4g} s" + ("" if converged else " (not converged)")
+
+    lines = [
+        "| case | peer | peer iters / s | jaxlab | jaxlab iters / s | jaxlab / peer (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        ratio = r["jaxlab_over_peer_seconds"]
+        lines.append(
+            f"| {r['case']} | {r['peer']} "
+            f"| {cell(r['peer_iters'], r['peer_seconds'], r['peer_converged'])} | {r['jaxlab']} "
+            f"| {cell(r['jaxlab_iters'], r['jaxlab_seconds'], r['jaxlab_converged'])} "
+            f"| {'–' if ratio is None else f'{ratio:.3f}'} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def claim_headline(cases: dict) -> dict:
@@ -179,6 +243,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     },
                     "splr_over_regot_seconds": splr and splr["seconds"] / cpp["seconds"],
                 }
+    summary["peers"] = peer_table(summary["cases"])
+    markdown = peer_markdown(summary["peers"])
+    (workdir / "peers.md").write_text(markdown)
+    print(markdown, end="", flush=True)
     headline = claim_headline(summary["cases"])
     summary["headline"] = headline
     summary["splr_converged_where_regot_does"] = headline["splr_converged_where_regot_does"]

@@ -13,15 +13,23 @@ relax the marginals with a KL penalty and the mass is free); here the mass is a 
   SIAM J. Sci. Comput. 2015, Sec. 5.1 and Prop. 6). The rows-``≤ a`` and columns-``≤ b`` sets are
   not affine, so each keeps a Dykstra correction; every projection and correction is a row, column
   or scalar scaling of ``K``, so the iterate is kept in the log domain as ``log π = R_i + C_j -
-  M_ij/ε`` and never under- or overflows. POT's ``entropic_partial_wasserstein`` and the authors'
-  ``entropic_partial_wasserstein_logscale`` run the same three scalings *without* the Dykstra
-  corrections; on every problem in the tests the two reach the same plan.
+  M_ij/ε`` and never under- or overflows. POT 0.9.7's ``entropic_partial_wasserstein`` (both its
+  multiplicative default and ``method="sinkhorn_log"``, which is the WARMPOT authors'
+  ``entropic_partial_wasserstein_logscale`` in ``sinkhorn.py``) runs the same Dykstra cycle but
+  keeps its three corrections as full ``n × m`` matrices, one per set, the mass set's included
+  (there it is a constant that the next mass scaling undoes); it starts from ``K`` scaled to mass
+  ``m``, checks the Frobenius change of the plan every tenth cycle against ``stopThr`` (default
+  ``1e-100``: by default it runs its ``numItermax = 1000`` cycles). On every problem in the tests
+  the two reach the same plan.
 * **Exact** (``epsilon=None``): the dummy-point augmentation of Chapel et al. (2020, Prop. 1): add
   a dummy source of mass ``‖b‖₁ - m`` and a dummy target of mass ``‖a‖₁ - m``, zero cost to and from
   them and a cost ``A > 2 max|M|`` between the two dummies, and solve that *balanced* problem
-  exactly; the real block of its plan is the partial plan. ott-jax has no exact balanced solver,
-  so the balanced LP is solved by scipy's HiGHS (``scipy.optimize.linprog``, a main dependency)
-  through ``jax.pure_callback``; the tests compare it with POT's network simplex (``ot.emd``).
+  exactly; the real block of its plan is the partial plan. The balanced problem is solved by POT's
+  network simplex (``ot.emd``, C++, a main dependency) through ``jax.pure_callback`` in float64
+  on the host, its plan cast back to the inputs' dtype; its result code gives ``converged``, and
+  its pivot budget scales with the problem (POT's default of 100,000 pivots is a constant). The
+  tests compare the plan with scipy's HiGHS on the original partial LP and with POT's own
+  ``partial_wasserstein``.
 
 Both return a :class:`PartialOTOutput` in the inputs' dtype (at least float32; the entropic
 ``tol`` defaults and is checked per dtype as in :mod:`.problem`). The cost may be an ott-jax
@@ -35,6 +43,7 @@ unconverged solve warns, raises or stays silent as ``unconverged`` asks (:mod:`j
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -68,9 +77,12 @@ class PartialOTOutput(NamedTuple):
       column_error: ``‖(πᵀ 1 - b)₊‖₁``.
       mass_error: ``|1ᵀ π 1 - m|``.
       errors: the driver's trace (entropic: the KKT residual after each Dykstra cycle, NaN
-        past ``n_iter``; exact: one entry, the feasibility error of the LP solution).
-      n_iter: Dykstra cycles (entropic) or simplex iterations of HiGHS (exact).
-      converged: the entropic stopping rule passed on a finite value / the LP solver succeeded.
+        past ``n_iter``; exact: two entries, the feasibility error of the empty plan, ``m``,
+        and of the network simplex's plan).
+      n_iter: Dykstra cycles (entropic); exact: network-simplex solves, 1 (0 when the input
+        admits no plan). POT's network simplex does not report its pivot count.
+      converged: the entropic stopping rule passed on a finite value / the network simplex
+        reported an optimal basis (result code ``OPTIMAL``) and the plan is finite.
     """
 
     matrix: Float[Array, "n m"]
@@ -188,10 +200,24 @@ def _entropic(cost, a, b, mass, epsilon, tol, max_iter) -> PartialOTOutput:
     return _pack(pi, cost, a, b, mass, it.trace, it.n_iter, it.converged)
 
 
-def _lp_host(cost, a, b, mass):
-    """The augmented balanced problem solved exactly by HiGHS, on the host (numpy in, numpy out)."""
-    from scipy import sparse  # scipy is a main dependency; imported on use
-    from scipy.optimize import linprog
+def pivot_budget(n: int, m: int) -> int:
+    """The network simplex's pivot budget for an ``n × m`` partial problem (augmented to
+    ``(n + 1) × (m + 1)``): its number of arcs, at least POT's default of 100,000.
+
+    POT's default does not grow with the problem, so a large enough one stops before optimality;
+    the pivots a solve needs grow with the problem's size far more slowly than its arcs (on the
+    problems of ``partial_ot_bench``), so this bound only stops a solve that cycles.
+    """
+    return max(100_000, (n + 1) * (m + 1))
+
+
+def _emd_host(cost, a, b, mass):
+    """The augmented balanced problem solved exactly by POT's network simplex, on the host.
+
+    Numpy in (any float dtype), numpy out: the ``(n, m)`` plan in float64, ``converged`` and the
+    number of network-simplex solves (1; 0 when the input admits no plan).
+    """
+    import ot  # a main dependency; its import is slow, so only an exact solve pays for it
 
     cost, a, b, mass = (np.asarray(x, np.float64) for x in (cost, a, b, mass))
     n, m = cost.shape
@@ -205,39 +231,71 @@ def _lp_host(cost, a, b, mass):
         or not 0 < mass <= min(a.sum(), b.sum()) * (1 + 1e-6)
     ):
         return np.full((n, m), np.nan), np.asarray(False), np.asarray(0, np.int32)
+    # Chapel et al. (2020), Prop. 1: dummies of masses ‖b‖₁ - m and ‖a‖₁ - m (clipped at 0 for a
+    # mass at most rounding above the smaller total), and A > 2 max|M| between them.
     big = 2.0 * np.abs(cost).max() + 1.0
     aug = np.zeros((n + 1, m + 1))
     aug[:n, :m], aug[n, m] = cost, big
     a_ext = np.append(a, max(b.sum() - mass, 0.0))
     b_ext = np.append(b, max(a.sum() - mass, 0.0))
-    # Balanced transportation polytope: row sums = a_ext, column sums = b_ext (one redundant row).
-    rows = sparse.kron(sparse.eye(n + 1), np.ones((1, m + 1)))
-    cols = sparse.kron(np.ones((1, n + 1)), sparse.eye(m + 1)).tocsr()[:-1]
-    eq = sparse.vstack([rows, cols]).tocsr()  # sparse: (n + m + 1) × (n + 1)(m + 1), 2 per column
-    rhs = np.concatenate([a_ext, b_ext[:-1]])
-    res = linprog(aug.ravel(), A_eq=eq, b_eq=rhs, bounds=(0, None), method="highs")
-    ok = res.status == 0
-    pi = res.x.reshape(n + 1, m + 1)[:n, :m] if ok else np.full((n, m), np.nan)
-    return np.maximum(pi, 0.0), np.asarray(ok), np.asarray(res.nit, np.int32)
+    with warnings.catch_warnings():
+        # POT warns on a non-optimal result code; it is reported through `converged` instead.
+        warnings.simplefilter("ignore", UserWarning)
+        plan, log = ot.emd(
+            a_ext,
+            b_ext,
+            aug,
+            numItermax=pivot_budget(n, m),
+            log=True,
+            center_dual=False,
+            check_marginals=False,  # balanced by construction: both sides sum to ‖a‖₁ + ‖b‖₁ - m
+        )
+    ok = log["result_code"] == 1  # OPTIMAL in POT's network simplex
+    pi = np.maximum(np.asarray(plan)[:n, :m], 0.0)
+    return pi, np.asarray(ok), np.asarray(1, np.int32)
 
 
 def _exact(cost, a, b, mass) -> PartialOTOutput:
+    # JAX converts a callback's inputs and outputs with the x64 setting of the thread that runs
+    # it, not the caller's scoped `jax.enable_x64`: when XLA ran the callback on a worker thread,
+    # float64 inputs arrived as float32 and a float64 plan failed the call. 32-bit words pass
+    # unchanged in either mode, so every float crosses as its raw words (a trailing axis of 2 in
+    # float64), bitcast on each side.
+    dtype = np.dtype(cost.dtype)
+    words = dtype.itemsize // 4
+
+    def to_words(x):
+        return jax.lax.bitcast_convert_type(jax.lax.stop_gradient(x), jnp.uint32)
+
+    def from_words(raw, shape):
+        return np.ascontiguousarray(raw).view(dtype).reshape(shape)
+
     n, m = cost.shape
+    raw_plan = (n, m) if words == 1 else (n, m, words)
     shapes = (
-        jax.ShapeDtypeStruct((n, m), cost.dtype),
+        jax.ShapeDtypeStruct(raw_plan, jnp.uint32),
         jax.ShapeDtypeStruct((), jnp.bool_),
         jax.ShapeDtypeStruct((), jnp.int32),
     )
-    args = [jax.lax.stop_gradient(x) for x in (cost, a, b, mass)]
-    pi, ok, nit = jax.pure_callback(
-        lambda *x: tuple(np.asarray(v, s.dtype) for v, s in zip(_lp_host(*x), shapes, strict=True)),
-        shapes,
-        *args,
-        vmap_method="sequential",
-    )
-    pi = pi.astype(cost.dtype)
+
+    def host(cost_w, a_w, b_w, mass_w):
+        x = (
+            from_words(w, s)
+            for w, s in zip(
+                (cost_w, a_w, b_w, mass_w), (cost.shape, a.shape, b.shape, ()), strict=True
+            )
+        )
+        pi, ok, runs = _emd_host(*x)
+        raw = np.ascontiguousarray(pi, dtype).view(np.uint32).reshape(raw_plan)
+        return raw, np.asarray(ok, np.bool_), np.asarray(runs, np.int32)
+
+    args = [to_words(jnp.asarray(x, dtype)) for x in (cost, a, b, mass)]
+    raw, ok, runs = jax.pure_callback(host, shapes, *args, vmap_method="sequential")
+    pi = jax.lax.bitcast_convert_type(raw, dtype)
     err = sum(_feasibility(pi, a, b, mass))
-    return _pack(pi, cost, a, b, mass, err[None], nit, ok & jnp.isfinite(err))
+    # errors[n_iter] is the reported one: the empty plan's error (the mass) before the solve.
+    errors = jnp.stack([mass, err])
+    return _pack(pi, cost, a, b, mass, errors, runs, ok & jnp.isfinite(err))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -288,7 +346,7 @@ def partial_ot(
 
     Returns:
       A :class:`PartialOTOutput` in the dtype of ``a``, ``b`` and the cost (at least float32);
-      jit-able (the exact solve is a host callback).
+      jit-able (the exact solve is a host callback to POT's ``ot.emd``).
 
     Raises:
       ConfigError: on concrete bad input (see :func:`check_partial_inputs`), or when
@@ -307,7 +365,10 @@ def partial_ot(
     if epsilon is None:
         out = _exact(cost, a, b, mass)
         what = "partial_ot(epsilon=None)"
-        fix = "check that 0 < mass <= min(sum a, sum b) and the cost is finite"
+        fix = (
+            "check that 0 < mass <= min(sum a, sum b) and the cost is finite (a valid input that "
+            "fails ran past jaxlab.ot.partial.pivot_budget pivots of POT's network simplex)"
+        )
     else:
         what = "partial_ot" if is_traced(epsilon) else f"partial_ot(epsilon={float(epsilon):g})"
         epsilon = _held_fixed(jnp.asarray(epsilon, dtype), "epsilon")

@@ -53,13 +53,32 @@ def test_experiment_small_run(exp, tmp_path):
         problems=("synthetic1:30",),
         etas=(1e-2,),
         methods=("splr", "sinkhorn"),
-        ott_variants=("plain",),
+        ott_variants=("plain", "plain_every10"),
         repeats=2,
     )
     summary = exp.run(cfg, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in rows} == {"regot_splr", "splr", "sinkhorn", "ott_plain"}
+    peers = ("regot_splr", "ott_plain", "ott_plain_every10", "pot_sinkhorn_log")
+    assert {r["method"] for r in rows} == {"splr", "sinkhorn", *peers}
     assert all(r["converged"] and r["plan_l1_to_ref"] < 1e-5 for r in rows)
+    by = {r["method"]: r for r in rows}
+    # Checked every tenth iteration, ott's default cadence stops at a multiple of 10 at most nine
+    # iterations after the every-iteration check; POT checks after iterations 1, 11, 21, ...
+    every, tenth = by["ott_plain"]["iters"], by["ott_plain_every10"]["iters"]
+    assert tenth % 10 == 0 and every <= tenth < every + 10
+    assert by["pot_sinkhorn_log"]["iters"] % 10 == 1
+    # One table of the peers, each beside the jaxlab solver it is compared with.
+    case = "synthetic1_n30_eta0.01"
+    table = {r["peer"]: r for r in summary["peers"]}
+    assert set(table) == set(peers)
+    for peer, r in table.items():
+        ours = "splr" if peer == "regot_splr" else "sinkhorn"
+        assert r["case"] == case and r["jaxlab"] == ours
+        assert r["peer_iters"] == by[peer]["iters"] and r["jaxlab_iters"] == by[ours]["iters"]
+        ratio = by[ours]["seconds"] / by[peer]["seconds"]
+        assert r["jaxlab_over_peer_seconds"] == pytest.approx(ratio)
+    markdown = (tmp_path / "peers.md").read_text().splitlines()
+    assert len(markdown) == 2 + len(peers) and markdown[2].startswith(f"| {case} | regot_splr |")
     assert summary["splr_converged_where_regot_does"]
     head = summary["headline"]
     case = "synthetic1_n30_eta0.01"

@@ -1,5 +1,7 @@
-"""Partial OT (entropic Dykstra, exact dummy-point LP) vs ott-jax, POT, its KKT; dtypes, inputs."""
+"""Partial OT (entropic Dykstra, exact dummy-point LP) vs ott-jax, POT, scipy's HiGHS on the
+original partial LP, its KKT; the network simplex's result code and budget; dtypes, inputs."""
 
+import threading
 import warnings
 
 import jax
@@ -10,8 +12,10 @@ import pytest
 from ott.geometry.geometry import Geometry
 from ott.problems.linear.linear_problem import LinearProblem
 from ott.solvers.linear.sinkhorn import Sinkhorn
+from scipy.optimize import linprog
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.ot import partial
 from jaxlab.ot.output import NotConvergedError, NotConvergedWarning
 from jaxlab.ot.partial import partial_ot
 
@@ -56,6 +60,145 @@ def test_exact_matches_pot_partial_wasserstein(x64, n, m, beta, mass):
     pi = np.asarray(out.matrix)
     assert pi.min() >= 0 and np.all(pi.sum(1) <= a + 1e-12) and np.all(pi.sum(0) <= b + 1e-12)
     np.testing.assert_allclose(pi.sum(), mass, rtol=1e-10)
+
+
+def _partial_lp_scipy(a, b, cost, mass):
+    """Chapel et al. (2020), Eq. 1, as written: min ⟨π, M⟩ over π ≥ 0 with π1 ≤ a, πᵀ1 ≤ b and
+    1ᵀπ1 = m, one LP in the n·m entries of π (row-major), solved by scipy's HiGHS."""
+    n, m = cost.shape
+    row_sums = np.kron(np.eye(n), np.ones((1, m)))  # (n, n·m)
+    col_sums = np.kron(np.ones((1, n)), np.eye(m))  # (m, n·m)
+    res = linprog(
+        cost.ravel(),
+        A_ub=np.vstack([row_sums, col_sums]),
+        b_ub=np.concatenate([a, b]),
+        A_eq=np.ones((1, n * m)),
+        b_eq=[mass],
+        bounds=(0, None),
+        method="highs",
+    )
+    assert res.status == 0, res.message
+    return res.x.reshape(n, m), res.fun
+
+
+# CASES plus a larger one with unequal totals on both sides and the full smaller total.
+LP_CASES = [*CASES, (40, 30, 0.6, 0.8), (25, 35, 0.9, 1.0)]
+
+
+@pytest.mark.parametrize("n, m, beta, mass", LP_CASES)
+def test_exact_matches_scipy_highs_on_the_original_partial_lp(x64, n, m, beta, mass):
+    # The reference never sees the dummy points: it is the partial LP itself.
+    cost = _problem(n, m, 3 * n + m)
+    a, b = np.full(n, 1 / (beta * n)), np.full(m, 1 / m) * (1.1 if n == 40 else 1.0)
+    ref, value = _partial_lp_scipy(a, b, cost, mass)
+    out = partial_ot(a, b, cost, mass=mass)
+    assert bool(out.converged) and int(out.n_iter) == 1
+    np.testing.assert_allclose(out.cost, value, rtol=1e-9)
+    np.testing.assert_allclose(out.matrix, ref, atol=1e-9)  # generic costs: a unique optimum
+    np.testing.assert_allclose(out.errors, [mass, float(out.error)])
+    assert float(out.error) < 1e-12
+
+
+def test_exact_float32_inputs_give_the_float64_plan_in_float32():
+    # The network simplex runs in float64 on the host; the plan comes back in the inputs' dtype.
+    cost = _problem(30, 20, 13)
+    a, b = np.full(30, 1 / (0.7 * 30)), np.full(20, 1 / 20)
+    ref, value = _partial_lp_scipy(a, b, cost, 0.6)
+    f32 = [np.asarray(x, np.float32) for x in (a, b, cost)]
+    assert not jax.config.jax_enable_x64
+    out = partial_ot(*f32, mass=np.float32(0.6))
+    assert out.matrix.dtype == out.cost.dtype == jnp.float32 and bool(out.converged)
+    np.testing.assert_allclose(out.matrix, ref, atol=1e-6)
+    np.testing.assert_allclose(out.cost, value, rtol=1e-5)
+
+
+def _min_pivots(solve, hi: int = 100_000) -> int:
+    """The smallest pivot budget with which ``solve(budget)`` converges (bisection)."""
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if solve(mid) else (mid + 1, hi)
+    return lo
+
+
+def test_the_network_simplex_result_code_is_the_convergence_flag(x64, monkeypatch):
+    # The budget is read from pivot_budget: the solve converges from the smallest budget that
+    # reaches an optimal basis on, warns (or raises) one pivot below it, and the default lies far
+    # above it.
+    cost = _problem(40, 30, 14)
+    a, b = np.full(40, 1 / (0.8 * 40)), np.full(30, 1 / 30)
+
+    def converged(budget):
+        monkeypatch.setattr(partial, "pivot_budget", lambda n, m: budget)
+        return bool(partial_ot(a, b, cost, mass=0.7, unconverged="ignore").converged)
+
+    needed = _min_pivots(converged)
+    assert 1 < needed < 100_000
+    monkeypatch.setattr(partial, "pivot_budget", lambda n, m: needed - 1)
+    with pytest.warns(NotConvergedWarning, match=r"partial_ot\(epsilon=None\) did not converge"):
+        assert not bool(partial_ot(a, b, cost, mass=0.7).converged)
+    with pytest.raises(NotConvergedError, match="pivot_budget"):
+        partial_ot(a, b, cost, mass=0.7, unconverged="raise")
+    monkeypatch.undo()
+    assert partial.pivot_budget(40, 30) >= 100 * needed
+
+
+def test_large_problems_get_a_pivot_budget_above_pots_default(x64, monkeypatch):
+    # POT's default of 100,000 pivots is a constant; at n = 2,000 the budget passed to ot.emd is
+    # the augmented problem's number of arcs. (A fake emd records it; the real solve is below.)
+    seen = {}
+
+    def fake_emd(a, b, M, numItermax, **kw):
+        seen["numItermax"], seen["shape"] = numItermax, M.shape
+        return np.zeros(M.shape), {"result_code": 1}
+
+    monkeypatch.setattr(ot, "emd", fake_emd)
+    n, m = 2000, 1500
+    out = partial_ot(
+        np.full(n, 1 / n), np.full(m, 1 / m), np.ones((n, m)), mass=0.5, unconverged="ignore"
+    )
+    jax.block_until_ready(out)  # the callback may still be running
+    assert seen == {"numItermax": 2001 * 1501, "shape": (2001, 1501)}
+
+
+def test_a_float64_exact_solve_runs_where_x64_is_off():
+    # JAX converts a callback's inputs and outputs with the x64 setting of the thread that runs
+    # it; XLA may run it on a worker thread, which a scoped jax.enable_x64 does not reach. A
+    # program compiled under the scope and called from a thread without it makes that certain:
+    # the float64 plan failed the call ("Incorrect output dtype") before the plan crossed as words.
+    n = 20
+    cost = _problem(n, n, 16)
+    a, b = np.full(n, 1 / (0.7 * n)), np.full(n, 1 / n)
+    with jax.enable_x64(True):
+        args = [jnp.asarray(x) for x in (cost, a, b)]
+        compiled = jax.jit(lambda c, a, b: partial_ot(a, b, c, mass=1 / 3)).lower(*args).compile()
+    result = {}
+
+    def call():
+        try:
+            result["plan"] = np.asarray(jax.block_until_ready(compiled(*args)).matrix)
+        except Exception as err:  # reported by the assertion below
+            result["error"] = err
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    assert "error" not in result, result.get("error")
+    ref, _ = _partial_lp_scipy(a, b, cost, 1 / 3)
+    assert result["plan"].dtype == np.float64
+    np.testing.assert_allclose(result["plan"], ref, atol=1e-14)
+
+
+@pytest.mark.slow
+def test_exact_at_n_2000_matches_pots_partial_wasserstein(x64):
+    n = 2000
+    cost = _problem(n, n, 15)
+    a = b = np.full(n, 1 / n)
+    out = partial_ot(a, b, cost, mass=0.7)
+    ref = ot.partial.partial_wasserstein(a, b, cost, m=0.7)
+    assert bool(out.converged)
+    np.testing.assert_allclose(out.cost, np.sum(ref * cost), rtol=1e-10)
+    np.testing.assert_allclose(out.matrix, ref, atol=1e-12)
 
 
 def test_full_mass_entropic_is_the_sinkhorn_plan_of_ott_jax(x64):
