@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 
 __all__ = ["Head", "HeadKind", "Network"]
 
+#: The kind of trained head (see :class:`Head`): the authors' or jaxlab's earlier one.
 HeadKind = Literal["authors", "pada_relu"]
 # kind: (bottleneck kernel init, classifier kernel init); biases start at 0 in both (flax's
 # default, the authors' `nn.init.zeros_`). torch's `xavier_normal_` draws an untruncated normal
