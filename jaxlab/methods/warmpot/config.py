@@ -25,19 +25,19 @@ bottleneck with no ReLU, ``xavier_normal_`` weights, zero biases). The weight de
 optimizer applies, not the 5e-4 it is built with: ``lr_schedule.inv_lr_scheduler`` sets every param
 group's ``weight_decay`` to ``5e-4 × decay_mult`` before each step, and ``get_parameters`` gives all
 three groups (backbone, bottleneck, classifier) ``decay_mult`` 2, so every parameter, biases
-included, decays at 1e-3 (torch's SGD adds ``wd · p`` to the gradient before the momentum; the
-``lr_mult`` scales the step, not the decay). Their backbone is an ImageNet-pretrained ResNet-50;
-here ``backbone="frozen"`` (the default) pre-trains this network's feature layers source-only for
-``pretrain_steps`` and freezes them, and a fresh bottleneck + classifier is trained on top, so every
-method sees the same features for a seed and differs only in its weighting (``end_to_end`` trains
-the whole MLP from scratch, as before). Frozen rather than fine-tuned at 1×: with a backbone that
-moves, a few hundred steps of a 20k-parameter MLP would let the methods differ in their features
-too, which is what this comparison holds fixed. ε and the η are not the authors' (their cost is on
-ResNet-50 features, ε = 7 on costs of that scale): the defaults ε = 0.1, η = (1, 0.1, 0.1) were
-picked on held-out seeds among settings where some caps ``1/(β n_s)`` bind (``at_cap`` in the run's
-results), the regime the paper's weights act in, and where WARMPOT does not collapse: with the label
-term leading (η2 = 1) and binding caps, the weights follow the classifier's early mistakes onto
-outlier classes (README, "How ε and η were chosen").
+included, decays at 1e-3 (torch's SGD adds ``wd · p`` to the gradient before the momentum, and the
+group's lr, ``lr_mult`` included, multiplies it with the gradient). Their backbone is an
+ImageNet-pretrained ResNet-50; here ``backbone="frozen"`` (the default) pre-trains this network's
+feature layers source-only for ``pretrain_steps`` and freezes them, and a fresh bottleneck +
+classifier is trained on top, so every method sees the same features for a seed and differs only in
+its weighting (``end_to_end`` trains the whole MLP from scratch, as before). Frozen rather than
+fine-tuned at 1×: with a backbone that moves, a few hundred steps of a 20k-parameter MLP would let
+the methods differ in their features too, which is what this comparison holds fixed. ε and the η are
+not the authors' (their cost is on ResNet-50 features, ε = 7 on costs of that scale): the defaults ε
+= 0.1, η = (1, 0.1, 0.1) were picked on held-out seeds among settings where some caps ``1/(β n_s)``
+bind (``at_cap`` in the run's results), the regime the paper's weights act in, and where WARMPOT
+does not collapse: with the label term leading (η2 = 1) and binding caps, the weights follow the
+classifier's early mistakes onto outlier classes (README, "How ε and η were chosen").
 """
 
 from __future__ import annotations
