@@ -22,16 +22,24 @@ last step and the best over training (the paper's protocol; it reads target labe
 sample sd over seeds; the weight on the outlier classes and on the turned subgroup, and the share
 of source points at their cap (``at_cap``), all over the last chunk; and the paired differences
 WARMPOT − X of the last accuracy per seed (``warmpot_minus``: mean, sd and every seed's value),
-which is what the seeds resolve. An optional grid over (α, β) for WARMPOT on ``grid_task``
-(``grid_seeds``, off by default).
+which is what the seeds resolve.
+
+Beside the tuned recipe, each of ``recipes`` (:data:`RECIPES`) runs ``recipe_methods`` again on
+the same data, seeds, features and batches with only the listed fields of ``train`` changed (arm
+``<setting>_<method>_<recipe>``): ``authors_eps_eta`` is the authors' Office-Home ε = 7,
+η = (0.5, 7, 0.25) (their ``run.sh``), where the label cost leads, against the tuned ε = 0.1,
+η = (1, 0.1, 0.1). The headline's ``warmpot_minus["warmpot_<recipe>"]`` is tuned − that recipe's
+WARMPOT per seed, and ``warmpot_<recipe>_minus`` compares the methods within the recipe.
+An optional grid over (α, β) for WARMPOT on ``grid_task`` (``grid_seeds``, off by default).
 ``summary.json``'s ``headline`` holds them; ``accuracy.png`` plots the accuracies. A re-run on the
 same workdir reuses each finished run whose config is unchanged (:mod:`jaxlab.core.sweep`) and
 trains again one whose learning rate or steps changed.
 
-Presets: ``default`` (2 settings × 6 methods × 20 seeds, 500 steps on frozen features; sized to a
-quarter of an hour on an idle 2-core machine), ``smoke`` (one setting, two methods, two seeds,
-40 steps), ``office_home`` (α = 0.8, β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations,
-batch 65; needs ``data=``: an .npz with ``xs, ys, xt, yt``).
+Presets: ``default`` (2 settings × (6 methods + 4 with the authors' ε/η) × 20 seeds, 500 steps on
+frozen features; sized to a quarter of an hour on an idle 2-core machine), ``smoke`` (one setting,
+two methods and WARMPOT with the authors' ε/η, two seeds, 40 steps), ``office_home`` (α = 0.8,
+β = 0.35, ε = 7, η = (0.5, 7, 0.25), 5,000 iterations, batch 65; needs ``data=``: an .npz with
+``xs, ys, xt, yt``).
 
 Measured results live in the run's ``summary.json`` and in ``jaxlab/methods/warmpot/README.md``.
 """
@@ -58,6 +66,14 @@ from jaxlab.methods.warmpot.train import frozen_features, train
 # a turned shared-class subgroup (Config.outlier_factor, Config.variant_frac).
 SETTINGS = (*TASKS, *(f"{t}_subgroup" for t in TASKS))
 
+# Named changes of the training recipe, each run beside it (same data, seeds, features and
+# batches) for `recipe_methods`; a recipe changes only the fields of `train` it lists.
+RECIPES: dict[str, dict[str, float]] = {
+    # The authors' Office-Home ε and η (run.sh: --epsilon=7.0 --eta1=0.5 --eta2=7.0 --eta3=0.25):
+    # the label cost leads the feature distance, where the tuned default has it the other way.
+    "authors_eps_eta": {"epsilon": 7.0, "eta1": 0.5, "eta2": 7.0, "eta3": 0.25},
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -70,6 +86,10 @@ class Config:
     outlier_factor: int = 3  # `_subgroup` settings: outlier classes resampled to 3× their count
     variant_frac: float = 0.25  # `_subgroup` settings: share of each shared class turned 90°
     train: WarmpotConfig = WarmpotConfig(steps=500, eval_every=50, ramp_steps=250)
+    recipes: tuple[str, ...] = ("authors_eps_eta",)
+    # The methods whose runs depend on ε and η (source only does not; full OT collapses either
+    # way) and which a recipe's WARMPOT is compared with.
+    recipe_methods: tuple[str, ...] = ("warmpot", "pada", "partial_uniform", "mpot")
     grid_task: str = "digits_to_mnist_subgroup"
     grid_alphas: tuple[float, ...] = (0.3, 0.5, 0.8)
     grid_betas: tuple[float, ...] = (0.25, 0.5, 1.0)
@@ -81,6 +101,12 @@ class Config:
         check(all(t in SETTINGS for t in self.tasks), f"tasks must be among {SETTINGS}")
         bad = [m for m in self.methods if m not in METHODS]
         check(not bad, f"unknown methods {bad}; choose from {tuple(METHODS)}")
+        bad = [v for v in self.recipes if v not in RECIPES]
+        check(not bad, f"unknown recipes {bad}; choose from {tuple(RECIPES)}")
+        bad = [m for m in self.recipe_methods if m not in METHODS]
+        check(not bad, f"unknown recipe_methods {bad}; choose from {tuple(METHODS)}")
+        for v in self.recipes:  # every recipe's config now, not after the tuned arms trained
+            dataclasses.replace(self.train, **RECIPES[v])
         check_seeds(self.seeds)
         if self.grid_seeds:
             check_seeds(self.grid_seeds, "grid_seeds")
@@ -104,6 +130,7 @@ PRESETS = {
         max_source=300,
         max_target=200,
         train=WarmpotConfig(steps=40, eval_every=20, ramp_steps=20, pretrain_steps=20),
+        recipe_methods=("warmpot",),
         grid_alphas=(0.5,),
         grid_betas=(0.5,),
         grid_seeds=(0,),
@@ -125,6 +152,7 @@ PRESETS = {
             hidden=1024,
             features=256,
         ),  # fmt: skip
+        recipes=(),  # the preset's ε and η are the authors' already
         grid_seeds=(),
         needs_data=True,
     ),
@@ -223,33 +251,44 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             features = _feature_cache(task)
             structure = ({"outlier_factor": cfg.outlier_factor, "variant_frac": cfg.variant_frac}
                          if name.endswith("_subgroup") else {})  # fmt: skip
-            arms = {f"{name}_{m}": m for m in cfg.methods}
+            # label: (method, recipe or "" for the tuned one, the fields of `train` it changes)
+            labels = {m: (m, "", {}) for m in cfg.methods}
+            labels.update({f"{m}_{v}": (m, v, RECIPES[v])
+                           for v in cfg.recipes for m in cfg.recipe_methods})  # fmt: skip
+            arms = {f"{name}_{label}": spec for label, spec in labels.items()}
             swept = sweep(
                 workdir, list(arms), cfg.seeds,
                 lambda arm, seed, task=task, name=name, arms=arms, f=features, st=structure: _run(
-                    dataclasses.replace(cfg.train, method=arms[arm], seed=seed),
+                    dataclasses.replace(cfg.train, method=arms[arm][0], seed=seed, **arms[arm][2]),
                     task, {**data, "task": name, **st}, f,
                 ),
             )  # fmt: skip
+            rows_of = {label: swept[f"{name}_{label}"] for label in labels}
             results[name] = {}
-            for arm, method in arms.items():
-                rows = swept[arm]
-                for seed, r in zip(cfg.seeds, rows, strict=True):
-                    row = {"task": name, "method": method, "seed": seed}
+            for label, (method, recipe, _) in labels.items():
+                for seed, r in zip(cfg.seeds, rows_of[label], strict=True):
+                    row = {"task": name, "method": method, "recipe": recipe, "seed": seed}
                     writer.write(step, {**row, **{k: v for k, v in r.items() if k != "accuracy"}})
                     step += 1
                     print(
-                        f"{name:24s} {method:16s} seed={seed} last={r['last']:.3f} "
+                        f"{name:24s} {label:32s} seed={seed} last={r['last']:.3f} "
                         f"best={r['best']:.3f} outlier={r['outlier_share']:.3f} "
                         f"variant={r['variant_share']:.3f} at_cap={r['at_cap']:.3f}",
                         flush=True,
                     )
-                results[name][method] = _stats(rows)
-            if "warmpot" in arms.values():
-                paired[name] = {
-                    m: _paired(swept[f"{name}_warmpot"], swept[f"{name}_{m}"])
-                    for m in cfg.methods if m != "warmpot"
-                }  # fmt: skip
+                results[name][label] = _stats(rows_of[label])
+            # WARMPOT − X on the same seeds, changing one thing: the method (tuned recipe), the
+            # recipe (WARMPOT with another recipe), or the method within a recipe.
+            if "warmpot" in labels:
+                others = [m for m in cfg.methods if m != "warmpot"]
+                others += [f"warmpot_{v}" for v in cfg.recipes if f"warmpot_{v}" in labels]
+                paired[name] = {x: _paired(rows_of["warmpot"], rows_of[x]) for x in others}
+            for v in cfg.recipes:
+                if f"warmpot_{v}" in labels:
+                    paired[f"{name}:{v}"] = {
+                        f"{m}_{v}": _paired(rows_of[f"warmpot_{v}"], rows_of[f"{m}_{v}"])
+                        for m in cfg.recipe_methods if m != "warmpot"
+                    }  # fmt: skip
         grid = {}
         if cfg.grid_seeds and not cfg.data:
             task = _load(cfg, cfg.grid_task)
@@ -289,8 +328,9 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
             for m, v in r.items()}
         for t, r in results.items()
     }  # fmt: skip
-    for t, diffs in paired.items():
-        headline[t]["warmpot_minus"] = {
+    for key, diffs in paired.items():
+        t, _, v = key.partition(":")
+        headline[t][f"warmpot_{v}_minus" if v else "warmpot_minus"] = {
             m: {"mean": round(d["mean"], 4), "sd": round(d["sd"] or 0.0, 4), "wins": d["wins"],
                 "n": d["n"], "per_seed": [round(x, 4) for x in d["per_seed"]]}
             for m, d in diffs.items()

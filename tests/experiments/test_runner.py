@@ -165,6 +165,10 @@ BAD_INPUT = [
      "hidden and features must be >= 1"),
     ("sst-mlp-hidden-0", ["--exp", "sst_mlp", "--set", "hidden=0"], None, 2,
      "d_model, hidden and rows must be >= 1"),
+    ("warmpot-unknown-recipe", ["--exp", "warmpot_digits", "--set", "recipes=authors"], None, 2,
+     "unknown recipes ['authors']; choose from ('authors_eps_eta',)"),
+    ("warmpot-unknown-head", ["--exp", "warmpot_digits", "--set", "train.head=relu"], None, 2,
+     "train.head='relu': expected one of 'authors', 'pada_relu'"),
     ("warmpot-infinite-lr", ["--exp", "warmpot_digits", "--set", "train.learning_rate=inf"], None,
      2, "train.learning_rate: not a finite number"),
 ]  # fmt: skip

@@ -125,3 +125,28 @@ def test_warmpot_smoke_reports_paired_differences_per_seed(smoke, tmp_path_facto
     assert paired["sd"] == pytest.approx(abs(diffs[0] - diffs[1]) / 2**0.5, abs=1e-4)  # sample sd
     assert paired["wins"] == sum(d > 0 for d in diffs) and paired["n"] == 2
     assert "at_cap" in first["headline"][setting]["warmpot"]
+
+
+def test_warmpot_smoke_runs_the_authors_eps_eta_beside_the_tuned_recipe(smoke, tmp_path_factory):
+    # Same data, seeds and recipe; only ε and η are the authors' (their run.sh for Office-Home).
+    first, _ = smoke("warmpot_digits")
+    workdir = tmp_path_factory.getbasetemp() / "smoke_warmpot_digits"
+    setting = "digits_to_mnist_subgroup"
+    record = lambda arm, s: json.loads(
+        (workdir / f"{setting}_{arm}_seed{s}" / "run.json").read_text()
+    )
+    authors = {"epsilon": 7.0, "eta1": 0.5, "eta2": 7.0, "eta3": 0.25}
+    last = {}
+    for arm in ("warmpot", "warmpot_authors_eps_eta"):
+        last[arm] = [record(arm, s)["result"]["last"] for s in (0, 1)]
+    for s in (0, 1):
+        tuned, theirs = (
+            record("warmpot", s)["config"],
+            record("warmpot_authors_eps_eta", s)["config"],
+        )
+        assert theirs["data"] == tuned["data"]
+        assert {k: v for k, v in theirs["train"].items() if tuned["train"][k] != v} == authors
+    diffs = [w - a for w, a in zip(last["warmpot"], last["warmpot_authors_eps_eta"], strict=True)]
+    paired = first["headline"][setting]["warmpot_minus"]["warmpot_authors_eps_eta"]
+    assert paired["per_seed"] == pytest.approx(diffs, abs=1e-4)
+    assert "warmpot_authors_eps_eta" in first["headline"][setting]

@@ -9,6 +9,7 @@ EXP_DIR = REPO / "experiments"
 TINY = {
     "methods": "source_only",
     "grid_seeds": "",
+    "recipes": "",
     "train.steps": "6",
     "train.eval_every": "3",
     "train.ramp_steps": "3",

@@ -97,9 +97,10 @@ def make_optimizer(
     """The run's optimizer; the top-level modules named in ``head`` get ``head_mult`` × the lr.
 
     ``sgd``: ``g + wd·p`` (torch's ``weight_decay``), then Nesterov momentum (the authors'
-    Office-Home optimizer); ``adam``: Adam with the same schedule and no weight decay (the
-    previous default). Cached, so runs with the same settings share one transformation and hence
-    one compiled step.
+    Office-Home optimizer); the same ``wd`` on every parameter, head and body, as the authors'
+    ``decay_mult`` 2 on all their param groups (only the lr differs by group); ``adam``: Adam with
+    the same schedule and no weight decay (the previous default). Cached, so runs with the same
+    settings share one transformation and hence one compiled step.
     """
 
     def one(mult: float) -> optax.GradientTransformation:
@@ -294,7 +295,8 @@ def train(
     rngs = nnx.Rngs(cfg.seed)
     if cfg.backbone == "frozen":
         xs, xt = features if features is not None else frozen_features(cfg, task)
-        model, head = Head(xs.shape[1], cfg.features, task.num_classes, rngs=rngs), ("f1", "g")
+        model = Head(xs.shape[1], cfg.features, task.num_classes, kind=cfg.head, rngs=rngs)
+        head = ("f1", "g")  # the authors' bottleneck and classifier: lr_mult 10
     else:
         xs, xt = task.xs, task.xt
         model = Network(xs.shape[1], cfg.hidden, cfg.features, task.num_classes, rngs=rngs)

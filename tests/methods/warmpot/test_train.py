@@ -6,13 +6,17 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
+from flax import nnx
 
 from jaxlab.data.digits_da import DATask
 from jaxlab.methods.warmpot.config import WarmpotConfig
 from jaxlab.methods.warmpot.loss import plan_weights
+from jaxlab.methods.warmpot.model import Head, Network
 from jaxlab.methods.warmpot.train import (
     _by_class,
+    _optimizer,
     _source_batch,
     frozen_features,
     inv_schedule,
@@ -52,6 +56,47 @@ def test_sgd_nesterov_with_weight_decay_and_head_lr_is_torchs_update():
             ref[k] = ref[k] - lr_t * (d_p + mu * buf[k])
         for k in ref:
             np.testing.assert_allclose(params[k]["w"], ref[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backbone", ["frozen", "end_to_end"])
+def test_the_default_optimizer_decays_every_parameter_at_the_authors_1e3(backbone):
+    # The authors' SGD (warmpot.py, Office-Home): lr 1e-3, momentum 0.9, Nesterov; their
+    # inv_lr_scheduler sets each group's weight_decay to 5e-4 * decay_mult and lr to
+    # lr * lr_mult before every step; network.py's groups: backbone (lr_mult 1, decay_mult 2),
+    # bottleneck and fc (lr_mult 10, decay_mult 2). torch.optim.SGD's documented step, per
+    # parameter: d = g + wd p; b = d (first step) or mu b + d; d = d + mu b (Nesterov); p -= lr d.
+    cfg = WarmpotConfig(backbone=backbone)
+    lr, mu, wd, gamma = 1e-3, 0.9, 5e-4 * 2, cfg.inv_decay / cfg.steps
+    if backbone == "frozen":  # a fresh bottleneck + classifier on the frozen backbone's output
+        model, lr_mult = Head(6, 4, 3, rngs=nnx.Rngs(0)), {"f1": 10.0, "g": 10.0}
+    else:  # the MLP is the backbone (1x) and g the fresh classifier (10x)
+        model, lr_mult = Network(6, 5, 4, 3, rngs=nnx.Rngs(0)), {"f1": 1.0, "f2": 1.0, "g": 10.0}
+    _, params = nnx.split(model, nnx.Param)
+    rng = np.random.default_rng(0)
+    # Every leaf, biases included, away from 0, so that the decay of each shows in its step.
+    params = jax.tree.map(lambda p: rng.standard_normal(p.shape).astype(np.float32), params)
+    tx = _optimizer(cfg, tuple(k for k, m in lr_mult.items() if m == 10.0))
+    state = tx.init(params)
+
+    def leaves(tree):
+        flat = jax.tree_util.tree_leaves_with_path(tree)
+        return {jax.tree_util.keystr(k): np.asarray(v, np.float64) for k, v in flat}
+
+    ref, buf = leaves(params), {}
+    module = {k: k.split("'")[1] for k in ref}  # the top-level module of each leaf
+    assert set(module.values()) == set(lr_mult) and sum("bias" in k for k in ref) == len(lr_mult)
+    for t in range(3):
+        # Gradients of the size of wd * p, so the decay is half of each step.
+        grads = jax.tree.map(lambda p: 1e-3 * rng.standard_normal(p.shape).astype(p.dtype), params)
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        got, g = leaves(updates), leaves(grads)
+        for k in ref:
+            d = g[k] + wd * ref[k]
+            buf[k] = d if t == 0 else mu * buf[k] + d
+            step = lr * lr_mult[module[k]] * (1 + gamma * t) ** -0.75 * (d + mu * buf[k])
+            np.testing.assert_allclose(got[k], -step, rtol=1e-4, atol=1e-12, err_msg=k)
+            ref[k] = ref[k] - step
 
 
 def test_the_balanced_sampler_draws_every_class_equally_often():
