@@ -19,7 +19,20 @@ from typing import Any
 from jaxlab.core.errors import RunError
 from jaxlab.core.sweep import Run, sweep
 
-__all__ = ["choose_rates", "grid_arm"]
+__all__ = ["choose_rates", "grid_arm", "method_rates"]
+
+
+def method_rates(rates: Sequence[float], method: str, galore_scale: float) -> tuple[float, ...]:
+    """The learning rates ``method`` is trained at when the others get ``rates``.
+
+    GaLore's update is α·lr times its projected Adam step (Zhao et al., ICML 2024, Algorithm 2;
+    α = ``galore_scale``, 0.25 in their experiments), so GaLore gets ``rates`` divided by α: its
+    Adam step sizes α·lr are the other methods' lr (only the decoupled weight decay, which is not
+    scaled by α, sees the larger rate). Every other method gets ``rates`` unchanged.
+    """
+    if method != "galore":
+        return tuple(rates)
+    return tuple(r / galore_scale for r in rates)
 
 
 def grid_arm(method: str, rate: float) -> str:
