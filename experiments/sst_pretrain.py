@@ -15,8 +15,9 @@ rank r ≈ 6% of the width (the paper's LLaMA-1.3B ratio, Zhao et al., ICML 2025
 at equal steps by full-rank AdamW, LoRA, ReLoRA*, GaLore and SST (:mod:`jaxlab.methods.sst`): one
 recipe (schedule shape, clipping, batches, steps, paired seeds) with one learning rate per method,
 the best of ``lr_grid`` on short seed-0 runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`;
-GaLore, at its paper's scale α = 0.25, searches the grid divided by α: the same Adam steps α·lr,
-:func:`~jaxlab.methods.sst.tuning.method_rates`);
+GaLore, at its paper's scale α = 0.25, searches the grid divided by α: its projected matrices
+take the same Adam steps α·lr, its embeddings and weight decay the larger rate, as in GaLore's
+recipe, :func:`~jaxlab.methods.sst.tuning.method_rates`);
 SST follows the paper's iteration schedule (App. F) scaled to hold 4 rounds
 (:func:`~jaxlab.methods.sst.config.scaled_iteration`); only how the attention and MLP maps are
 trained differs (embeddings and the output head train at full rank in every run, as in the

@@ -78,7 +78,8 @@ def test_deep_teacher_task_draws_inputs_and_targets_of_its_widths():
 
 def test_galore_takes_the_rates_divided_by_its_scale_the_same_adam_step():
     """GaLore's update is α·lr·P adam(Pᵀ G) (Zhao et al., ICML 2024, Algorithm 2): at α = 0.25 and
-    rate lr / α its steps are those of α = 1 at rate lr when there is no weight decay."""
+    rate lr / α its steps are those of α = 1 at rate lr for a projected matrix without weight
+    decay (sst_mlp's students: every map projected, no decay)."""
     assert method_rates((1e-3, 3e-3), "galore", 0.25) == pytest.approx((4e-3, 1.2e-2), rel=1e-12)
     for method in ("full", "sst", "lora", "relora"):
         assert method_rates((1e-3, 3e-3), method, 0.25) == (1e-3, 3e-3)
