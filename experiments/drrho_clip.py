@@ -18,8 +18,10 @@ CLIP on a small clean subset, the learner's steps) stays as a control: its own r
 temperature (τ = 0.01 fixed, the paper's) and towers on the same noisy pairs
 (:mod:`jaxlab.data.captions`); only the objective differs. JEST is the DRRho authors' own
 (``jointly_sample_batch_softmax``: softmax scores, reference at t = 100, 2 chunks, keep 20%;
-:mod:`jaxlab.methods.drrho_clip.jest`); ``--set methods=...,jest_sigmoid`` adds the JEST paper's
-sigmoid, 16-chunk, keep-50% variant. Evaluation: zero-shot accuracy over the 20 classes with prompt
+:mod:`jaxlab.methods.drrho_clip.jest`), its kept pairs trained with GCL as the authors'
+``--fastclip`` runs train them (``loss.jest_loss``); ``--set methods=...,jest_infonce`` adds the
+same selection with CLIP's InfoNCE on the kept pairs, ``jest_sigmoid`` the JEST paper's sigmoid,
+16-chunk, keep-50% variant. Evaluation: zero-shot accuracy over the 20 classes with prompt
 ensembles, on held-out images and on a held-out attribute combination, and recall@1 among held-out
 pairs. Every seed renders its own learner data, so the claims are judged by the paired differences
 DRRho − X of each seed (``summary.json``: ``drrho_minus``), whose spread excludes the

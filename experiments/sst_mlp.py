@@ -11,12 +11,13 @@ Teacher–student regression (:class:`jaxlab.methods.sst.teacher.TeacherStudentT
 same shape is trained by each method at the same rank r (SST, LoRA, ReLoRA*, GaLore) or at full
 rank, under one recipe (AdamW, the loop's warmup + cosine schedule, clipping, steps, batches,
 seeds); only how the two weight matrices are trained differs (Zhao et al., ICML 2025, compare
-their Table 1 and Sec. 5 for the low-rank baselines). GaLore's scale α is 1 so that its learning
-rate is the recipe's. The ``deep`` preset replaces the pair by a deep tanh teacher and student
-(64 → 256 → 256 → 256 → 32, :class:`~jaxlab.methods.sst.teacher.TanhMLP`) at r = 16, with the
-paper's iteration schedule scaled to 4 rounds and one learning rate per method from a grid on
-short runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`); its headline adds the seed-paired
-gap reduction beside the paper's small-model range (Zhao et al., ICML 2025: 50-67%).
+their Table 1 and Sec. 5 for the low-rank baselines). GaLore runs at its paper's scale α = 0.25
+and at the recipe's rate (and grid) divided by α (:func:`~jaxlab.methods.sst.tuning.method_rates`),
+so that its Adam step α·lr is the recipe's. The ``deep`` preset replaces the pair by a deep tanh
+teacher and student (64 → 256 → 256 → 256 → 32, :class:`~jaxlab.methods.sst.teacher.TanhMLP`) at
+r = 16, with the paper's iteration schedule scaled to 4 rounds and one learning rate per method
+from a grid on short runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`); its headline adds the
+seed-paired gap reduction beside the paper's small-model range (Zhao et al., ICML 2025: 50-67%).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from jaxlab.core.sweep import Run, check_seeds, read_curve, sweep
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
 from jaxlab.methods.sst.config import scaled_iteration
 from jaxlab.methods.sst.teacher import TeacherStudentTask
-from jaxlab.methods.sst.tuning import choose_rates
+from jaxlab.methods.sst.tuning import choose_rates, method_rates
 
 # Zhao et al., ICML 2025: SST's perplexity-gap reduction against the best low-rank method on their
 # smaller models (50-67%) and on LLaMA-1.3B (97.4%).
@@ -96,7 +97,6 @@ PRESETS = {
             relora_every=250,
             relora_warmup=25,
             galore_every=200,
-            galore_scale=1.0,
         ),
     ),  # fmt: skip
     # Every method once, one seed, a few steps: the run is exercised, not the claim.
@@ -116,7 +116,6 @@ PRESETS = {
             relora_every=20,
             relora_warmup=5,
             galore_every=20,
-            galore_scale=1.0,
         ),
         d_model=16,
         hidden=32,
@@ -148,7 +147,6 @@ def _deep() -> Config:
             relora_every=500,
             relora_warmup=50,
             galore_every=200,
-            galore_scale=1.0,
         ),
         widths=(64, 256, 256, 256, 32),
         seeds=(0, 1),
@@ -198,13 +196,18 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
     data = TeacherStudentTask(
         d_model=cfg.d_model, hidden=cfg.hidden, widths=cfg.widths, rows=cfg.rows
     )
-    rates, grid = {m: cfg.train.learning_rate for m in cfg.methods}, {}
-    if cfg.lr_grid:  # the best final validation MSE of a short seed-0 run per method
-        rates, grid = choose_rates(
-            workdir / "lr_grid", cfg.methods, cfg.lr_grid, cfg.seeds[0],
+    alpha = cfg.sst.galore_scale  # GaLore's rates are the others' divided by α (method_rates)
+    rates = {m: method_rates((cfg.train.learning_rate,), m, alpha)[0] for m in cfg.methods}
+    grid = {}
+    for m in cfg.methods if cfg.lr_grid else ():  # the best final MSE of a short seed-0 run
+        best, table = choose_rates(
+            workdir / "lr_grid", (m,), method_rates(cfg.lr_grid, m, alpha), cfg.seeds[0],
             lambda m, lr, s: _run(cfg, data, m, s, lr, cfg.grid_steps or cfg.train.steps),
             score=lambda result: result["final"],
         )  # fmt: skip
+        rates.update(best)
+        grid.update(table)
+    if cfg.lr_grid:
         for method, lr in rates.items():
             print(f"{method}: learning rate {lr:g} (grid {grid[method]})")
     swept = sweep(workdir, cfg.methods, cfg.seeds, lambda m, s: _run(cfg, data, m, s, rates[m]))

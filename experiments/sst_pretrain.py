@@ -14,7 +14,10 @@ A byte-level decoder (:class:`jaxlab.lm.transformer.Transformer`) on the shipped
 rank r ≈ 6% of the width (the paper's LLaMA-1.3B ratio, Zhao et al., ICML 2025, Table 4), trained
 at equal steps by full-rank AdamW, LoRA, ReLoRA*, GaLore and SST (:mod:`jaxlab.methods.sst`): one
 recipe (schedule shape, clipping, batches, steps, paired seeds) with one learning rate per method,
-the best of ``lr_grid`` on short seed-0 runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`);
+the best of ``lr_grid`` on short seed-0 runs (:func:`~jaxlab.methods.sst.tuning.choose_rates`;
+GaLore, at its paper's scale α = 0.25, searches the grid divided by α: its projected matrices
+take the same Adam steps α·lr, its embeddings and weight decay the larger rate, as in GaLore's
+recipe, :func:`~jaxlab.methods.sst.tuning.method_rates`);
 SST follows the paper's iteration schedule (App. F) scaled to hold 4 rounds
 (:func:`~jaxlab.methods.sst.config.scaled_iteration`); only how the attention and MLP maps are
 trained differs (embeddings and the output head train at full rank in every run, as in the
@@ -48,7 +51,7 @@ from jaxlab.methods.rmt import RMT, RMTConfig
 from jaxlab.methods.rmt.scaling import matched_pair
 from jaxlab.methods.sst import METHODS, LowRankTask, SSTConfig
 from jaxlab.methods.sst.config import scaled_iteration
-from jaxlab.methods.sst.tuning import choose_rates
+from jaxlab.methods.sst.tuning import choose_rates, method_rates
 from jaxlab.nn.spectral import Spectral
 
 LOW_RANK = ("lora", "relora", "galore")
@@ -139,7 +142,6 @@ def _default() -> Config:
             relora_every=500,
             relora_warmup=50,
             galore_every=200,
-            galore_scale=1.0,
         ),
         seeds=(0, 1),
         lr_grid=(3e-3, 1e-2),
@@ -171,7 +173,6 @@ PRESETS = {
             relora_every=10,
             relora_warmup=2,
             galore_every=10,
-            galore_scale=1.0,
         ),
         methods=("full", "sst", "relora"),
         rmt_methods=("sst",),
@@ -276,17 +277,22 @@ def _run(cfg: Config, arch: str, method: str, seed: int, lr: float, steps: int =
 
 def _rates(cfg: Config, workdir: pathlib.Path) -> tuple[dict[str, float], dict]:
     """Each method's learning rate: the grid's best on a short run with seed ``seeds[0]`` (scored
-    by the final validation perplexity), or ``train.learning_rate`` without a grid. The RMT arms
+    by the final validation perplexity), or ``train.learning_rate`` without a grid; GaLore's grid
+    or rate is divided by its scale α (:func:`method_rates`). The RMT arms
     take the Transformer's rate of the same method (the budget has no room for a second grid)."""
+    alpha = cfg.sst.galore_scale  # GaLore's rates are the others' divided by α (method_rates)
     if not cfg.lr_grid:
-        return {m: cfg.train.learning_rate for m in METHODS}, {}
+        return {m: method_rates((cfg.train.learning_rate,), m, alpha)[0] for m in METHODS}, {}
     steps = cfg.grid_steps or cfg.train.steps
-    methods = tuple(dict.fromkeys((*cfg.methods, *cfg.rmt_methods)))
-    best, table = choose_rates(
-        workdir / "lr_grid", methods, cfg.lr_grid, cfg.seeds[0],
-        lambda m, lr, s: _run(cfg, "transformer", m, s, lr, steps),
-        score=lambda result: result["final_ppl"],
-    )  # fmt: skip
+    best, table = {}, {}
+    for m in dict.fromkeys((*cfg.methods, *cfg.rmt_methods)):
+        rates, scores = choose_rates(
+            workdir / "lr_grid", (m,), method_rates(cfg.lr_grid, m, alpha), cfg.seeds[0],
+            lambda m, lr, s: _run(cfg, "transformer", m, s, lr, steps),
+            score=lambda result: result["final_ppl"],
+        )  # fmt: skip
+        best.update(rates)
+        table.update(scores)
     for method, lr in best.items():
         print(f"{method}: learning rate {lr:g} (grid {table[method]})")
     return best, table

@@ -102,6 +102,7 @@ bars_figure(panels, title="sampling probabilities")
 # (`experiments/sst_mlp.py` runs this with three seeds).
 
 # %%
+import dataclasses
 import tempfile
 
 from jaxlab.core.config import TrainConfig
@@ -109,6 +110,7 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.metrics import read_metrics
 from jaxlab.methods.sst import LowRankTask, SSTConfig
 from jaxlab.methods.sst.teacher import TeacherStudentTask
+from jaxlab.methods.sst.tuning import method_rates
 
 data = TeacherStudentTask(d_model=16 if SMOKE else 32, hidden=32 if SMOKE else 128, rows=2048)
 steps = 20 if SMOKE else 600
@@ -133,11 +135,12 @@ for method in ("full", "sst", "lora", "relora", "galore"):
         iteration_warmup=1,
         relora_every=steps // 3,
         relora_warmup=5,
-        galore_scale=1.0,
     )
     task = LowRankTask(data, sst)
     workdir = tempfile.mkdtemp(prefix=f"sst_nb_{method}_")
-    run_training(task, train, workdir, verbose=False)
+    # GaLore at its paper's scale α = 0.25 takes the rate divided by α: the same Adam step α·lr.
+    lr = method_rates((train.learning_rate,), method, sst.galore_scale)[0]
+    run_training(task, dataclasses.replace(train, learning_rate=lr), workdir, verbose=False)
     rows = [r for r in read_metrics(workdir) if "eval_relative_mse" in r]
     curves[method] = ([r["step"] for r in rows], [r["eval_relative_mse"] for r in rows])
     mem = task.memory(train)

@@ -55,11 +55,14 @@ __all__ = [
     "train",
 ]
 
-# Arms beyond the objectives: today's JEST variant (the JEST paper's sigmoid scores, 16 chunks,
-# keep 50%) as a named option, and DRRho steered by the weak reference (the control row).
+# Arms beyond the objectives: the authors' JEST with CLIP's InfoNCE on the kept pairs (their code
+# without --fastclip), the JEST paper's variant (sigmoid scores, 16 chunks, keep 50%; its
+# learner trains on a contrastive loss of the batch, here InfoNCE, not the DRRho authors' GCL) as a
+# named option, and DRRho steered by the weak reference (the control row).
 _EXTRA_ARMS = {
     "jest_sigmoid": {"objective": "jest", "jest_score": "sigmoid", "jest_keep": 0.5,
-                     "jest_chunks": 16},
+                     "jest_chunks": 16, "jest_loss": "infonce"},
+    "jest_infonce": {"objective": "jest", "jest_loss": "infonce"},  # the authors' JEST, InfoNCE
     "drrho_weak": {"objective": "drrho"},
 }  # fmt: skip
 ARMS = (*get_args(Objective), *_EXTRA_ARMS)

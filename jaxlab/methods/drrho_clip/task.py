@@ -11,12 +11,16 @@
   super-batch of ``batch / jest_keep`` pairs, scores learnability by the learner's minus the
   reference's contrastive losses (no gradient), builds the sub-batch of ``batch`` pairs in
   ``jest_chunks`` chunks, each sampled without replacement given the chunks already chosen
-  (``jest_sampling="top"``: the top ones), and takes a CLIP step on it. ``jest_score="softmax"``
-  (default) is the authors' ``jointly_sample_batch_softmax`` (CLIP's softmax loss, the reference's
-  logit scale fixed at ``jest_ref_scale`` = 100, their 2 chunks and keep 20%);
+  (``jest_sampling="top"``: the top ones), and trains on the kept pairs only. ``jest_score=
+  "softmax"`` (default) is the authors' ``jointly_sample_batch_softmax`` (CLIP's softmax loss, the
+  reference's logit scale fixed at ``jest_ref_scale`` = 100, their 2 chunks and keep 20%);
   ``jest_score="sigmoid"`` is the sigmoid-loss learnability matrix of the JEST paper (with 16
   chunks and keep 50% it is the named ``jest_sigmoid`` arm of the experiments). ``jest_chunks=1``
-  is independent (per-example) selection, an ablation.
+  is independent (per-example) selection, an ablation. ``jest_loss`` is what the kept pairs are
+  trained with: ``"gcl"`` (default) is what the authors' JEST runs do under ``--fastclip`` (their
+  ``train.py`` hands the kept pairs, with their dataset indices, to the same ``SogCLRLoss`` as
+  FastCLIP: GCL without the reference, its u tables read and written at the kept pairs' ids);
+  ``"infonce"`` is CLIP's loss (their code without ``--fastclip``).
 
 The frozen reference is task state (:meth:`CLIPTask.init_task_state`), checkpointed with the run and
 never differentiated: either its embeddings of every training pair, computed once
@@ -92,6 +96,9 @@ class LossConfig:
     jest_sampling: Literal["softmax", "top"] = "softmax"  # "top": deterministic chunks
     jest_ref_scale: float = 100.0  # the reference's logit scale in softmax scoring (authors: 100)
     jest_bias: float = -10.0  # b of the sigmoid scoring loss (SigLIP's initial bias)
+    # The kept pairs' loss: "gcl" = the authors' SogCLRLoss under --fastclip (their JEST runs),
+    # "infonce" = CLIP's loss.
+    jest_loss: Literal["gcl", "infonce"] = "gcl"
     reference_mode: Literal["cached", "online"] = "cached"
 
     def __post_init__(self) -> None:
@@ -110,6 +117,10 @@ class LossConfig:
             f"loss.jest_score must be 'softmax' or 'sigmoid', got {self.jest_score!r}",
         )
         check(self.jest_ref_scale > 0, "loss.jest_ref_scale must be positive")
+        check(
+            self.jest_loss in ("gcl", "infonce"),
+            f"loss.jest_loss must be 'gcl' or 'infonce', got {self.jest_loss!r}",
+        )
         check(
             self.jest_sampling in ("softmax", "top"),
             f"loss.jest_sampling must be 'softmax' or 'top', got {self.jest_sampling!r}",
@@ -258,12 +269,19 @@ class CLIPTask:
         # Over >1 data devices: local anchors against all-gathered candidates (distributed.py),
         # which equals the single-device loss on the global batch (tested on 8 devices).
         sharded = _data_devices() > 1
-        if c.objective in ("clip", "kd", "jest"):
+        # The contrastive loss under each objective; JEST's kept pairs get GCL or InfoNCE.
+        kept_loss = "gcl" if c.jest_loss == "gcl" else "clip"
+        contrastive = {"kd": "clip", "drrho_kd": "drrho", "jest": kept_loss}.get(
+            c.objective, c.objective
+        )
+        if contrastive == "clip":
             clip = D.sharded_clip_loss if sharded else L.clip_loss
             objective = clip(img, txt, tau=c.tau)
             metrics["loss"] = objective
         else:
-            r_img, r_txt = ref if c.objective != "gcl" else (None, None)
+            # batch["index"] holds the dataset ids of the pairs trained on (JEST: the kept ones),
+            # so the u tables are read and written at those ids only, as the authors' code does.
+            r_img, r_txt = ref if contrastive == "drrho" else (None, None)
             surrogate = D.sharded_drrho_surrogate if sharded else L.drrho_surrogate
             objective, tables = surrogate(
                 img, txt, r_img, r_txt, tables, batch["index"], tau=c.tau, eps=c.eps, gamma=c.gamma

@@ -19,7 +19,22 @@ from typing import Any
 from jaxlab.core.errors import RunError
 from jaxlab.core.sweep import Run, sweep
 
-__all__ = ["choose_rates", "grid_arm"]
+__all__ = ["choose_rates", "grid_arm", "method_rates"]
+
+
+def method_rates(rates: Sequence[float], method: str, galore_scale: float) -> tuple[float, ...]:
+    """The learning rates ``method`` is trained at when the others get ``rates``.
+
+    GaLore's update of a projected matrix is α·lr times its projected Adam step (Zhao et al.,
+    ICML 2024, Algorithm 2; α = ``galore_scale``, 0.25 in their experiments), so GaLore gets
+    ``rates`` divided by α: the projected matrices' Adam step sizes α·lr are the other methods' lr,
+    while what α does not scale sees the larger rate lr/α, as in GaLore's own recipe (a larger
+    rate beside α = 0.25): the decoupled weight decay and the parameters GaLore leaves to plain
+    Adam (embeddings, norm scales). Every other method gets ``rates`` unchanged.
+    """
+    if method != "galore":
+        return tuple(rates)
+    return tuple(r / galore_scale for r in rates)
 
 
 def grid_arm(method: str, rate: float) -> str:

@@ -97,6 +97,8 @@ def test_every_objective_steps(objective, stepped):
     seen = np.asarray(after.task_state["tables"].seen)
     if objective in ("gcl", "drrho", "drrho_kd"):
         assert seen.sum() == B and seen[batch["index"]].all()  # tables updated at the batch ids
+    elif objective == "jest":  # GCL on the kept pairs: the tables updated at their ids only
+        assert seen.sum() == B and set(np.flatnonzero(seen)) < set(np.asarray(batch["index"]))
     else:
         assert seen.sum() == 0
 
@@ -288,8 +290,9 @@ def test_noise_statistics_against_numpy(objective, seed, data, reference):
     deterministic top-B of a numpy score), ``grad_share_noisy`` their share of CLIP's per-pair
     gradient norm, both against numpy."""
     cfg = LossConfig(
-        objective=objective, jest_keep=0.5, jest_chunks=1, jest_sampling="top", jest_ref_scale=1.0
-    )
+        objective=objective, jest_keep=0.5, jest_chunks=1, jest_sampling="top", jest_ref_scale=1.0,
+        jest_loss="infonce",  # the numpy weights below are InfoNCE's
+    )  # fmt: skip
     task = CLIPTask(MLP, cfg, *data, reference=reference)
     model = CLIPModel(MLP, rngs=nnx.Rngs(params=0))
     state = task.init_task_state(None)

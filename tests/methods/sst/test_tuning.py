@@ -12,8 +12,9 @@ from flax import nnx
 
 from jaxlab.core.errors import RunError
 from jaxlab.core.sweep import Run
+from jaxlab.methods.sst.optim import galore_adamw
 from jaxlab.methods.sst.teacher import TanhMLP, TeacherStudentTask
-from jaxlab.methods.sst.tuning import choose_rates
+from jaxlab.methods.sst.tuning import choose_rates, method_rates
 
 # A fake training: the score is a bowl in log(rate) whose bottom depends on the method; at the
 # rate 1.0 every method "diverges" (a non-finite result, which core.sweep refuses).
@@ -73,3 +74,27 @@ def test_deep_teacher_task_draws_inputs_and_targets_of_its_widths():
     assert task.x.shape == (40, 8) and task.y.shape == (40, 4) and task.target_var > 0
     with pytest.raises(Exception, match=r"widths=\(8,\) must be \(\) or at least two"):
         TeacherStudentTask(widths=(8,), rows=32, eval_rows=8)
+
+
+def test_galore_takes_the_rates_divided_by_its_scale_the_same_adam_step():
+    """GaLore's update is α·lr·P adam(Pᵀ G) (Zhao et al., ICML 2024, Algorithm 2): at α = 0.25 and
+    rate lr / α its steps are those of α = 1 at rate lr for a projected matrix without weight
+    decay (sst_mlp's students: every map projected, no decay)."""
+    assert method_rates((1e-3, 3e-3), "galore", 0.25) == pytest.approx((4e-3, 1.2e-2), rel=1e-12)
+    for method in ("full", "sst", "lora", "relora"):
+        assert method_rates((1e-3, 3e-3), method, 0.25) == (1e-3, 3e-3)
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.normal(size=(6, 9)), jnp.float32)}
+    grads = [{"w": jnp.asarray(rng.normal(size=(6, 9)), jnp.float32)} for _ in range(5)]
+    lr = method_rates((3e-3,), "galore", 0.25)[0]
+    paper = galore_adamw(lr, rank=2, update_every=3, scale=0.25, weight_decay=0.0)
+    unit = galore_adamw(3e-3, rank=2, update_every=3, scale=1.0, weight_decay=0.0)
+    out = []
+    for tx in (paper, unit):
+        p, state = params, tx.init(params)
+        for g in grads:  # across a projector refresh (every 3 steps)
+            u, state = tx.update(g, state, p)
+            p = jax.tree.map(lambda a, b: a + b, p, u)
+        out.append(p["w"])
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-6, atol=1e-7)
+    assert np.abs(np.asarray(out[0] - params["w"])).max() > 1e-3  # the steps are not zero
