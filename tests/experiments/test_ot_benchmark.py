@@ -1,7 +1,6 @@
 """The ot_benchmark experiment: config validation, its CLI errors, and a small run."""
 
 import json
-import sys
 
 import pytest
 
@@ -21,14 +20,6 @@ def test_experiment_config_validation(exp):
         exp.Config(methods=("splr", "simplex"))
     with pytest.raises(ConfigError):
         exp.Config(problems=("synthetic3:10",))
-
-
-@pytest.fixture(scope="module")
-def run_main(repo_root):
-    sys.path.insert(0, str(repo_root / "experiments"))
-    import run  # experiments/run.py
-
-    return run.main
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 """The partial_ot_bench experiment: config checks, CLI errors, POT's cycle count, a small run."""
 
 import json
-import sys
 
 import jax
 import numpy as np
@@ -25,14 +24,6 @@ def test_config_validation(exp):
         exp.Config(mass=1.5)
     with pytest.raises(ConfigError):
         exp.Config(entropic_problems=("synthetic3:10",))
-
-
-@pytest.fixture(scope="module")
-def run_main(repo_root):
-    sys.path.insert(0, str(repo_root / "experiments"))
-    import run  # experiments/run.py
-
-    return run.main
 
 
 @pytest.mark.parametrize(

@@ -19,14 +19,6 @@ from jaxlab.testing.files import immutable
 from jaxlab.testing.processes import cpu_env, hold_workdir
 
 
-@pytest.fixture(scope="module")
-def run_main(repo_root):
-    sys.path.insert(0, str(repo_root / "experiments"))
-    import run  # experiments/run.py
-
-    return run.main
-
-
 def test_list_shows_every_experiment_with_its_claim(run_main, capsys, repo_root):
     assert run_main(["--list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
