@@ -61,3 +61,20 @@ def test_equal_flops_reads_each_seed_at_the_smallest_total_compute(exp):
     assert got["per_seed"]["btt8"] == pytest.approx([0.5, 0.6])
     entries["btt8"]["train_flops_per_step"] = 16.0  # step 250: halfway between 0.5 and 0.3
     assert exp.at_equal_flops(entries)["per_seed"]["btt8"] == pytest.approx([0.4, 0.4])
+
+
+def test_comparisons_on_the_zero_predictors_plateau_are_undecided(exp):
+    """Two models both within the margin of the zero predictor's error differ by evaluation noise:
+    no verdict; once either is below the plateau line, the lower error wins."""
+    plateau = 0.95 * 0.919
+    assert exp._below(0.9186, 0.9189, plateau) is None
+    assert exp._below(0.60, 0.9189, plateau) is True
+    assert exp._below(0.9189, 0.60, plateau) is False
+    assert exp._all_decided([True, None]) is None
+    assert exp._all_decided([True, True]) is True
+    assert exp._all_decided([True, False]) is False
+
+
+def test_plateau_margin_outside_the_unit_interval_is_a_one_line_error(exp):
+    with pytest.raises(ConfigError, match="plateau_margin"):
+        exp.Config(plateau_margin=1.5)
