@@ -295,6 +295,10 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
     save_figure(fig, workdir / "error_vs_flops.png")
     headline: dict = {"seeds": len(cfg.seeds)}
     lines = [f"icl_regression ({len(cfg.seeds)} seeds; error at the last query, mean ± sd):"]
+    # Below this line a model has left the zero predictor's plateau (Config.plateau_margin).
+    plateaus = {
+        c: (1.0 - cfg.plateau_margin) * refs[f"d{d}"]["zero"] for c, (d, _) in cells.items()
+    }
     for cell, (d, w) in cells.items():
         ref = refs[f"d{d}"]
         headline[f"zero_predictor_d{d}"] = ref["zero"]
@@ -304,8 +308,9 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
             stat = results[name][cell]["final_last_error"]
             headline[f"{name}_{cell}"] = stat
             parts.append(f"{name} {stat['mean']:.3f} ± {stat['sd']:.3f}")
-        plateau = (1.0 - cfg.plateau_margin) * ref["zero"]
-        below = [n for n in results if results[n][cell]["final_last_error"]["mean"] < plateau]
+        below = [
+            n for n in results if results[n][cell]["final_last_error"]["mean"] < plateaus[cell]
+        ]
         headline[f"below_zero_predictor_{cell}"] = below
         lines.append(f"  d={d} D={w} (8-head head dim {w // 8}; zero predictor {ref['zero']:.3f}, "
                      f"least squares {ref['least_squares']:.2e}): " + ", ".join(parts))  # fmt: skip
@@ -322,7 +327,7 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
                     _below(
                         results[name][c]["final_last_error"]["mean"],
                         results["mha8"][c]["final_last_error"]["mean"],
-                        (1.0 - cfg.plateau_margin) * refs[f"d{cells[c][0]}"]["zero"],
+                        plateaus[c],
                     )
                     for c in cells
                 )
@@ -331,9 +336,8 @@ def _analyse(cfg: Config, results: dict, refs: dict, workdir: pathlib.Path) -> d
                              " (None: neither off the zero predictor's plateau)")  # fmt: skip
                 for cell in cells:
                     per_seed = headline[f"at_equal_flops_{cell}"]["per_seed"]
-                    plateau = (1.0 - cfg.plateau_margin) * refs[f"d{cells[cell][0]}"]["zero"]
                     wins = [
-                        _below(a, b, plateau)
+                        _below(a, b, plateaus[cell])
                         for a, b in zip(per_seed[name], per_seed["mha8"], strict=True)
                     ]
                     headline[f"{name}_beats_mha8_at_equal_flops_{cell}"] = wins
