@@ -65,6 +65,7 @@ import numpy as np
 from flax import nnx
 
 from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.compile_options import short_run_options, small_jit
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.mesh import (
@@ -319,7 +320,9 @@ def _run_training(
         writer = _open_writer(workdir, cfg, start, config_record)
         # The state's layout does not depend on the schedule: the first program's shardings.
         eval_step = jax.jit(
-            make_eval_step(task, program.graphdef), in_shardings=(setup.program.shardings, None)
+            make_eval_step(task, program.graphdef),
+            in_shardings=(setup.program.shardings, None),
+            compiler_options=program.compiler_options,
         )
         eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
         run = _Run(
@@ -378,6 +381,13 @@ def _setup(
         init_key=init_key,
         decay_mask=decay_mask,
         lr_groups=lr_groups,
+        # A short CPU run (a smoke test) compiles fast; a real run keeps XLA's defaults.
+        compiler_options=functools.partial(
+            short_run_options,
+            mesh.devices.flat[0].platform,
+            cfg.steps,
+            units_per_step=cfg.batch_size * units,
+        ),
     )
     program = program or build(schedule_steps=cfg.steps)
     model = nnx.merge(program.graphdef, program.abstract_state)[0]
@@ -513,11 +523,17 @@ def _log_eval_checkpoint(run: _Run, progress: _Progress) -> None:
     progress.t_window, progress.steps_in_window = time.perf_counter(), 0
 
 
+@functools.lru_cache(maxsize=8)
+def _jitted_schedule(schedule: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``schedule`` as one small program (eagerly, each of its ops compiles on its own)."""
+    return small_jit(schedule)
+
+
 def _train_row(run: _Run, progress: _Progress) -> tuple[dict[str, float], dict[str, float]]:
     """The loss window's means and learning rate (the window starts again), and the throughput;
     prints the progress line."""
     row = {name: v / progress.window["count"] for name, v in progress.window["sum"].items()}
-    row["learning_rate"] = float(run.program.schedule(progress.step - 1))
+    row["learning_rate"] = float(_jitted_schedule(run.program.schedule)(progress.step - 1))
     progress.window = {"sum": {}, "count": 0}
     elapsed = time.perf_counter() - progress.t_window
     rate = progress.steps_in_window * run.setup.units_per_step / max(elapsed, 1e-9)

@@ -29,7 +29,7 @@ task state): inside the scan the model is rebuilt from its arrays for every micr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -220,6 +220,8 @@ class TrainProgram(NamedTuple):
       init: jitted ``key -> state``, the state created with its shardings.
       train_step: jitted, donating ``(state, batch, key) -> (state, metrics)``.
       hook_steps: ``(hook, jitted donating (state, step) -> (state, finite))`` per state hook.
+      compiler_options: the XLA options every program above is compiled with (None: XLA's
+        defaults; see :mod:`jaxlab.core.compile_options`); the loop's eval step takes them too.
     """
 
     schedule: optax.Schedule
@@ -229,6 +231,7 @@ class TrainProgram(NamedTuple):
     init: Callable[[jax.Array], Any]
     train_step: Callable
     hook_steps: tuple[tuple[StateHook, Callable], ...]
+    compiler_options: Mapping[str, Any] | None = None
 
 
 def build_train_program(
@@ -241,6 +244,7 @@ def build_train_program(
     schedule_steps: int | None = None,
     decay_mask: Callable[[Any], Any] | None = default_decay_mask,
     lr_groups: LrGroups | None = None,
+    compiler_options: Callable[[int], Mapping[str, Any] | None] | None = None,
 ) -> TrainProgram:
     """The optimizer, state and jitted steps with which ``task`` is trained under ``cfg``.
 
@@ -253,17 +257,26 @@ def build_train_program(
       schedule_steps: length of the learning-rate schedule (default ``cfg.steps``; a resumed run
         keeps the length of the run that started it).
       decay_mask, lr_groups: options of the loop's AdamW (see :func:`task_optimizer`).
+      compiler_options: ``state_size -> XLA options`` for every program (``state_size``: the
+        numbers in the train state), e.g. the loop's
+        :func:`jaxlab.core.compile_options.short_run_options`; None keeps XLA's defaults.
     """
     schedule = make_schedule(cfg, cfg.steps if schedule_steps is None else schedule_steps)
     tx = task_optimizer(task, cfg, schedule, decay_mask=decay_mask, lr_groups=lr_groups)
     graphdef, abstract_state = jax.eval_shape(lambda k: create_state(task, tx, k), init_key)
     shardings = state_shardings(abstract_state, mesh, rules)
-    init = jax.jit(lambda k: create_state(task, tx, k)[1], out_shardings=shardings)
+    options = None
+    if compiler_options is not None:
+        options = compiler_options(sum(leaf.size for leaf in jax.tree.leaves(abstract_state)))
+    init = jax.jit(
+        lambda k: create_state(task, tx, k)[1], out_shardings=shardings, compiler_options=options
+    )
     train_step = jax.jit(
         make_train_step(task, graphdef, cfg.grad_accum_steps),
         in_shardings=(shardings, None, None),
         out_shardings=(shardings, None),
         donate_argnums=0,
+        compiler_options=options,
     )
     stateful = has_task_state(task)
     hook_steps = tuple(
@@ -274,8 +287,11 @@ def build_train_program(
                 in_shardings=(shardings, None),
                 out_shardings=(shardings, None),
                 donate_argnums=0,
+                compiler_options=options,
             ),
         )
         for hook in getattr(task, "state_hooks", tuple)()
     )
-    return TrainProgram(schedule, graphdef, abstract_state, shardings, init, train_step, hook_steps)
+    return TrainProgram(
+        schedule, graphdef, abstract_state, shardings, init, train_step, hook_steps, options
+    )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -49,6 +48,7 @@ from jaxtyping import Array, Float
 
 from jaxlab.core.checks import check_positive, compute_dtype, is_traced
 from jaxlab.core.compile_cache import enable_compilation_cache
+from jaxlab.core.compile_options import compile_lowered, not_refused
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.timing import time_call
 from jaxlab.methods.qn_ot.splr import splr
@@ -293,33 +293,8 @@ def _compile(settings: _Settings, cost, a, b, epsilon, init, dtype) -> CompiledS
 
         lowered = jax.jit(run).lower(*args, init)
         options = compiler_options(args[0].shape, args[0].device.platform)
-        _CACHE[key] = _compile_lowered(lowered, options)
+        _CACHE[key] = compile_lowered(lowered, options)
     return CompiledSolve(_CACHE[key], (*args, init))
-
-
-# Compile options the running XLA refused ("No such compile option"): JAX 0.11's XLA no longer has
-# xla_cpu_use_fusion_emitters, which 0.10's has. Found by trying, once per process and option.
-_REFUSED_OPTIONS: set[str] = set()
-_REFUSED = re.compile(r"No such compile option: '([^']+)'")
-
-
-def _compile_lowered(lowered, options: dict[str, Any] | None):
-    """``lowered.compile(options)``, dropping (and remembering) any option XLA does not know."""
-    while True:
-        try:
-            return lowered.compile(compiler_options=options)
-        except jax.errors.JaxRuntimeError as err:
-            found = _REFUSED.search(str(err))
-            if not options or found is None or found.group(1) not in options:
-                raise
-            _REFUSED_OPTIONS.add(found.group(1))
-            options = compiler_options_without(options, _REFUSED_OPTIONS)
-
-
-def compiler_options_without(options: dict[str, Any], names) -> dict[str, Any] | None:
-    """``options`` less ``names`` (None when nothing is left)."""
-    kept = {k: v for k, v in options.items() if k not in names}
-    return kept or None
 
 
 def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, Any] | None:
@@ -337,7 +312,7 @@ def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, An
     The options apply to this one program only, not to the process.
     """
     if platform == "cpu" and int(np.prod(cost_shape)) <= FAST_COMPILE_MAX_ENTRIES:
-        return compiler_options_without(FAST_COMPILE_OPTIONS, _REFUSED_OPTIONS)
+        return not_refused(FAST_COMPILE_OPTIONS)
     return None
 
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.core import compile_options
 from jaxlab.data.ot_problems import synthetic_1
 from jaxlab.methods.qn_ot import api
 from jaxlab.methods.qn_ot.splr import splr
@@ -33,7 +34,8 @@ def test_a_matrix_solve_compiles_one_program_imports_no_ott_and_uses_the_cache(
         "assert bool(out.converged) and out.matrix.shape == (3, 3)\n"
         f"assert out.matrix.dtype == np.{dtype}\n"
         "print('ott' in sys.modules, jax.config.jax_compilation_cache_dir)\n"
-        "print(len(api._REFUSED_OPTIONS))\n"
+        "from jaxlab.core import compile_options\n"
+        "print(sum(not known for known in compile_options._KNOWN.values()))\n"
     )
     env = {**os.environ, "JAXLAB_COMPILATION_CACHE": str(tmp_path / "cache")}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -74,7 +76,7 @@ def test_a_cache_configured_in_jax_is_left_alone(tmp_path, monkeypatch):
     ],
 )
 def test_small_cpu_plans_compile_with_the_loop_emitters(shape, platform, fast, monkeypatch):
-    monkeypatch.setattr(api, "_REFUSED_OPTIONS", set())  # as in a process where XLA knows them
+    monkeypatch.setattr(compile_options, "_KNOWN", {})  # as in a process XLA refused nothing in
     options = api.compiler_options(shape, platform)
     assert options == ({"xla_cpu_use_fusion_emitters": False} if fast else None)
 
@@ -104,8 +106,8 @@ def test_the_fast_compile_option_is_asked_for_exactly_where_xla_knows_it():
 def test_an_option_xla_refuses_is_dropped_once_and_the_solve_compiles(monkeypatch):
     """The options reach XLA (it refuses an unknown one by name), and a refused option costs one
     failed compile per process: it is remembered and never asked for again."""
-    refused: set[str] = set()
-    monkeypatch.setattr(api, "_REFUSED_OPTIONS", refused)
+    known: dict[str, bool] = {}
+    monkeypatch.setattr(compile_options, "_KNOWN", known)
     bogus = {"xla_no_such_option": True, **api.FAST_COMPILE_OPTIONS}
     monkeypatch.setattr(api, "FAST_COMPILE_OPTIONS", bogus)
     attempts = []
@@ -119,7 +121,7 @@ def test_an_option_xla_refuses_is_dropped_once_and_the_solve_compiles(monkeypatc
     out = api.solve(np.ones(4) / 4, np.ones(4) / 4, np.eye(4), epsilon=0.5, tol=3.21e-5)
     assert bool(out.converged)
     assert "xla_no_such_option" in attempts[0] and "xla_no_such_option" not in attempts[-1]
-    assert refused >= {"xla_no_such_option"}
+    assert known == {"xla_no_such_option": False}
     assert "xla_no_such_option" not in (api.compiler_options((4, 4), "cpu") or {})
     attempts.clear()
     api.solve(np.ones(5) / 5, np.ones(5) / 5, np.eye(5), epsilon=0.5, tol=3.21e-5)
