@@ -192,10 +192,13 @@ def more_thuente(
 
     def cond(st):
         searching = ~st.done & (st.n_evals < max_evals)
-        # One more trip evaluates the fallback's aux at stx: the loop carries only the last
-        # trial's aux (selecting a plan-sized array per trial costs more), and evaluating it in
-        # the loop's own body keeps one traced evaluation in the compiled program, not two.
-        return searching | (~use_last(st) & (st.stx != 0) & ~st.fetched)
+        # One more trip evaluates the fallback's aux at stx (at stx = 0 too, where it is aux0
+        # again): the loop carries only the last trial's aux (selecting a plan-sized array per
+        # trial costs more), and evaluating it in the loop's own body keeps one traced
+        # evaluation in the compiled program, not two. The result's aux is then always the
+        # loop's: a select between it and aux0 after the loop would keep aux0 alive across the
+        # loop, and XLA would copy the plan twice per call (into the loop and out of the select).
+        return searching | (~use_last(st) & ~st.fetched)
 
     def body(st):
         fetch = st.done | (st.n_evals >= max_evals)  # the search is over: evaluate at stx
@@ -287,13 +290,11 @@ def more_thuente(
     st = lax.while_loop(cond, body, init)
     last = use_last(st)
     step = jnp.where(last, st.stp, st.stx)
-    # The fallback to stx = 0 returns the caller's aux0; any other step's aux is st.aux.
-    keep = last | (st.stx != 0)
     return LineSearchResult(
         step=step,
         value=jnp.where(last, st.f, st.best_f),
         grad=jnp.where(last, st.g, st.best_g),
-        aux=lax.cond(keep, lambda: st.aux, lambda: aux0),
+        aux=st.aux,
         n_evals=st.n_evals,
         wolfe=st.wolfe & last,
     )
