@@ -163,3 +163,22 @@ def test_galore_projects_the_side_the_authors_project(d_in, d_out, x64):
         step = scale * p @ (r / (np.abs(r) + eps))
     # P and Q come from a float32 SVD: about 1e-6 of the O(0.1) steps
     np.testing.assert_allclose(upd["w"], step.T, rtol=1e-5, atol=2e-6)
+
+
+def test_galore_refreshes_its_projector_every_t_steps_from_that_steps_gradient():
+    """The authors' ``GaLoreProjector`` recomputes ``P`` when ``step % update_proj_gap == 0``,
+    with ``step`` counted from 0 (Zhao et al. 2024, Algorithm 2: every ``T`` steps), from the
+    gradient of that step. Compared as subspaces, ``P Pᵀ`` against numpy's top-2 left singular
+    vectors (an SVD's column signs are arbitrary)."""
+    rng = np.random.default_rng(3)
+    grads = [rng.normal(size=(4, 6)) for _ in range(5)]
+    tx = scale_by_galore(rank=2, update_every=2, scale=1.0)
+    params = {"w": jnp.zeros((4, 6))}
+    state = tx.init(params)
+    source = [0, 0, 2, 2, 4]  # the step whose gradient each step's projector comes from
+    update = jax.jit(tx.update)  # one program for the five steps
+    for step, g in enumerate(grads):
+        _, state = update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+        p = np.asarray(state.projectors["w"], np.float64)
+        u = np.linalg.svd(grads[source[step]])[0][:, :2]
+        np.testing.assert_allclose(p @ p.T, u @ u.T, atol=1e-5, err_msg=f"step {step}")
