@@ -135,3 +135,50 @@ def test_lora_scales_its_update_by_alpha_over_rank():
     want = x @ w0 + (alpha / r) * (x @ a) @ b
     np.testing.assert_allclose(layer(jnp.asarray(x, jnp.float32)), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(layer.dense_matrix(), w0 + (alpha / r) * a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("d_in, d_out", [(4, 7), (7, 4), (5, 5)])
+def test_galore_projects_the_side_the_authors_project(d_in, d_out, x64):
+    """GaLore's projector (Zhao et al. 2024, Algorithm 2; the authors' ``GaLoreProjector.project``,
+    ``proj_type="std"``) on a PyTorch gradient ``G`` ``(out, in)``: ``rows >= cols`` (square
+    included) takes the top-r right singular vectors ``Q`` and steps ``α adam(G Qᵀ) Q``, otherwise
+    the left ones ``P`` and ``α P adam(Pᵀ G)``. jaxlab's kernel is ``(in, out)``, so its gradient is
+    ``Gᵀ``; the reference is written in the authors' layout and transposed back. Adam's first step
+    is ``R / (|R| + ε)`` (ε = 1: a smooth function of R, so float32 SVDs do not flip signs)."""
+    rank, scale, eps = 2, 0.25, 1.0
+    g = np.random.default_rng(d_in * 10 + d_out).normal(size=(d_in, d_out))
+    tx = scale_by_galore(rank=rank, update_every=5, scale=scale, eps=eps)
+    params = {"w": jnp.zeros((d_in, d_out))}
+    upd, _ = tx.update({"w": jnp.asarray(g)}, tx.init(params), params)
+
+    g_torch = g.T  # the authors' (out, in) gradient
+    u, _, vt = np.linalg.svd(g_torch, full_matrices=False)
+    if g_torch.shape[0] >= g_torch.shape[1]:
+        q = vt[:rank]  # (r, in)
+        r = g_torch @ q.T
+        step = scale * (r / (np.abs(r) + eps)) @ q
+    else:
+        p = u[:, :rank]  # (out, r)
+        r = p.T @ g_torch
+        step = scale * p @ (r / (np.abs(r) + eps))
+    # P and Q come from a float32 SVD: about 1e-6 of the O(0.1) steps
+    np.testing.assert_allclose(upd["w"], step.T, rtol=1e-5, atol=2e-6)
+
+
+def test_galore_refreshes_its_projector_every_t_steps_from_that_steps_gradient():
+    """The authors' ``GaLoreProjector`` recomputes ``P`` when ``step % update_proj_gap == 0``,
+    with ``step`` counted from 0 (Zhao et al. 2024, Algorithm 2: every ``T`` steps), from the
+    gradient of that step. Compared as subspaces, ``P Pᵀ`` against numpy's top-2 left singular
+    vectors (an SVD's column signs are arbitrary)."""
+    rng = np.random.default_rng(3)
+    grads = [rng.normal(size=(4, 6)) for _ in range(5)]
+    tx = scale_by_galore(rank=2, update_every=2, scale=1.0)
+    params = {"w": jnp.zeros((4, 6))}
+    state = tx.init(params)
+    source = [0, 0, 2, 2, 4]  # the step whose gradient each step's projector comes from
+    update = jax.jit(tx.update)  # one program for the five steps
+    for step, g in enumerate(grads):
+        _, state = update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+        p = np.asarray(state.projectors["w"], np.float64)
+        u = np.linalg.svd(grads[source[step]])[0][:, :2]
+        np.testing.assert_allclose(p @ p.T, u @ u.T, atol=1e-5, err_msg=f"step {step}")

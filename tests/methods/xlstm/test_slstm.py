@@ -11,7 +11,7 @@ from jaxlab.lm.generate import teacher_forced_logits
 from jaxlab.lm.task import cross_entropy
 from jaxlab.methods.xlstm import xLSTM, xLSTMConfig
 from jaxlab.methods.xlstm.model import XLSTMCache, mLSTMBlock, sLSTMBlock
-from jaxlab.methods.xlstm.slstm import SLSTMState, slstm
+from jaxlab.methods.xlstm.slstm import SLSTMState, slstm, sLSTMLayer
 
 MIXED = xLSTMConfig(
     seq_len=16, num_layers=2, d_model=32, num_heads=4, chunk_size=4, slstm_blocks=(1,)
@@ -77,3 +77,30 @@ def test_a_mixed_model_trains_and_keeps_documents_apart():
         state, loss = step(state)
         losses.append(float(loss))
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def test_slstm_layer_matches_numpy_and_opens_the_forget_gates():
+    """``out(MultiHeadNorm(sLSTM(W x + b)))`` in float64 numpy (Beck et al. 2024, Sec. 2.2, Eqs.
+    8-17, through :func:`numpy_slstm`; per-head LayerNorm without bias as the authors'
+    ``MultiHeadLayerNorm``). The biases are checked by gate, in the cell's (z, i, f, o) order: only
+    the forget gates start non-zero (open), ``linspace(3, 6)`` over the heads (the config's
+    ``fgate_bias_range``)."""
+    layer = sLSTMLayer(MIXED, rngs=nnx.Rngs(0))
+    H, E = MIXED.num_heads, MIXED.d_model // MIXED.num_heads
+    bias = np.asarray(layer.bias[...], np.float64)
+    np.testing.assert_array_equal(bias[[0, 1, 3]], 0.0)
+    np.testing.assert_allclose(bias[2], np.repeat(np.linspace(3, 6, H)[:, None], E, 1), rtol=1e-6)
+
+    rng = np.random.default_rng(0)
+    layer.bias[...] = jnp.asarray(rng.normal(size=bias.shape), jnp.float32)  # every gate's matters
+    layer.norm.scale[...] = jnp.asarray(rng.uniform(0.5, 1.5, layer.norm.scale.shape), jnp.float32)
+    x = rng.normal(size=(2, 5, MIXED.d_model))
+    reset = np.zeros((2, 5), bool)
+    got, _ = nnx.jit(lambda m, x, r: m(x, r))(layer, jnp.asarray(x, jnp.float32), reset)
+
+    f64 = lambda a: np.asarray(a[...], np.float64)  # noqa: E731
+    pre = (x @ f64(layer.inp.kernel)).reshape(2, 5, 4, H, E) + f64(layer.bias)
+    h = numpy_slstm(pre, f64(layer.R), reset)
+    h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + MIXED.norm_eps)
+    want = (h.reshape(2, 5, -1) * f64(layer.norm.scale)) @ f64(layer.out.kernel)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
