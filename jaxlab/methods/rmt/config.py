@@ -18,6 +18,12 @@ V = 50257, N = 512, untied unembedding, no biases), matched against ``Transforme
 * ``query_zero_init``: the code sets out to zero-initialise the query read keys (µP, Yang et al.
   2021, App. D.2) but discards the result (``Linear.set`` returns a new module), so the code's
   models trained with random query keys. Default ``False`` (what was actually trained).
+
+With ``mup`` and a smaller base model (``mup_base_*``), the code also scales the attention logits
+by ``attn_multiplier * sqrt(base Dv) / Dv`` (``SHA.mup_scaling`` in ``src/models/rmt/attention.py``,
+``attn_multiplier`` 1: µP's 1/d logits, equal to ``1/sqrt(Dv)`` at the base width). ``mup_logits``
+(default ``True``) follows it; ``False`` keeps ``1/sqrt(Dv)`` at every width, µP then on the
+learning rates only (:mod:`jaxlab.methods.rmt.mup`).
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ class RMTConfig(LMConfig):
     mup_base_d_key: int = 0
     mup_base_d_value: int = 0
     mup_base_d_ff: int = 0
+    # With mup and a base d_value, the attention logits take the authors' µP factor
+    # sqrt(base Dv) / Dv (their SHA.mup_scaling, attn_multiplier 1) instead of 1/sqrt(Dv).
+    mup_logits: bool = True
 
     def check_fields(self) -> None:
         for name in ("rank", "d_key", "d_value", "d_ff"):

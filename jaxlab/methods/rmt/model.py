@@ -38,6 +38,8 @@ ratio against the matched transformer that these choices give.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -193,6 +195,10 @@ class RMTAttention(nnx.Module):
             self.read_qkv[...] = self.read_qkv[...].at[0].set(0.0)
         self.write = _write_keys(cfg, rngs)
         scale = logit_scale(cfg.attention, cfg.d_value, cfg.logit_scale)
+        if cfg.mup and cfg.mup_logits and cfg.mup_base_d_value and cfg.logit_scale == "sqrt":
+            # The authors' µP logits (SHA.mup_scaling): sqrt(base Dv) / Dv for MHA, i.e. 1/sqrt(Dv)
+            # times sqrt(base Dv / Dv) (the same factor on every attention kind's own scale).
+            scale *= math.sqrt(cfg.mup_base_d_value / cfg.d_value)
         self.scale = scale / (layer + 1) if cfg.layer_scaled_logits else scale
         self.q_norm = qk_layernorm(cfg.d_value, rngs, cfg.param_dtype) if cfg.qk_norm else None
         self.k_norm = qk_layernorm(cfg.d_value, rngs, cfg.param_dtype) if cfg.qk_norm else None

@@ -6,7 +6,8 @@ weights: the RMT's storage/retrieval keys, the MLP, the unembedding) get a learn
 ``base_fan_in / fan_in``; vector-like parameters (norm scales) and the input embeddings keep the
 base rate. The fan-in of a parameter is its second-to-last dimension (jaxlab kernels are
 ``(in, out)``; the RMT's ``(3, Dk, R)`` q/k/v keys read over Dk). The authors' code also rescales
-initialisations and output multipliers; here only the learning rates follow µP (init stays as in
+initialisations and output multipliers; here the learning rates follow µP, and the attention
+logits take the authors' ``sqrt(base Dv) / Dv`` (``RMTConfig.mup_logits``; the init stays as in
 ``model.py``).
 
 Use: ``run_training(..., lr_groups=mup_lr_groups(cfg, base_cfg))``.
