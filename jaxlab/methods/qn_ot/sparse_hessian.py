@@ -14,9 +14,11 @@ The ``ρ``-quantile of ``T̃`` is exact when ``T̃`` has at most ``sample_cap`` 
 estimated from a fixed random sample beyond that (a full sort of 10⁶ entries costs more than the
 rest of an iteration); the density actually kept is returned so the caller can report it.
 
-Density schedule (Algorithm 1 and the authors' code): start at ``ρ_max / 10``, multiply by 0.9
-after an iteration that reduced ``‖g‖`` and by 2 after one that did not, clipped to
-``[ρ_min, ρ_max]``.
+Density schedule (Algorithm 1 and the authors' code as of February 2025): start at ``ρ_max / 10``,
+multiply by 0.9 after an iteration that reduced ``‖g‖`` and by 2 after one that did not, clipped
+to ``[ρ_min, ρ_max]``. The authors changed it in June 2025 (regot 0.0.3, the C++ SPLR the
+benchmark runs): ×1.1 after a "bad move" (``‖g‖`` rose while already below its initial value),
+×0.99 otherwise; jaxlab keeps the earlier rule.
 """
 
 from __future__ import annotations
