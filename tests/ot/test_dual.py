@@ -43,3 +43,36 @@ def test_gradient_is_the_marginal_residual(x64):
     _, g, T = dual_value_grad(x, cost, a, b, eps)
     np.testing.assert_allclose(g[:7], T.sum(1) - a, atol=1e-14)
     np.testing.assert_allclose(g[7:], T.sum(0)[:-1] - b[:-1], atol=1e-14)
+
+
+def test_value_gradient_hessian_and_start_against_the_papers_equations_in_numpy(x64):
+    """Eqs. 3-4 of Wang & Qiu (ICML 2025) written out in float64 numpy with β_m = 0:
+    f = η Σ_ij exp((α_i + β_j − M_ij)/η) − aᵀα − bᵀβ, ∇f = (T1 − a, T̃ᵀ1 − b̃) and
+    ∇²f = (1/η)[[diag T1, T̃], [T̃ᵀ, diag T̃ᵀ1]] by explicit loops; the start point (α = 0, then
+    the exact β) must give T's column sums b."""
+    from jaxlab.ot.dual import initial_point
+
+    cost, a, b, eps, x = (np.asarray(v) if not isinstance(v, float) else v for v in _problem(5))
+    n, m = cost.shape
+    alpha, beta = x[:n], np.append(x[n:], 0.0)
+    T = np.array([[np.exp((alpha[i] + beta[j] - cost[i, j]) / eps) for j in range(m)]
+                  for i in range(n)])  # fmt: skip
+    f = eps * T.sum() - a @ alpha - b @ beta
+    g = np.concatenate([T.sum(1) - a, T.sum(0)[:-1] - b[:-1]])
+    H = np.zeros((n + m - 1, n + m - 1))
+    for i in range(n):
+        H[i, i] = T[i].sum() / eps
+        for j in range(m - 1):
+            H[i, n + j] = H[n + j, i] = T[i, j] / eps
+    for j in range(m - 1):
+        H[n + j, n + j] = T[:, j].sum() / eps
+    got_f, got_g, got_T = dual_value_grad(*map(jnp.asarray, (x, cost, a, b)), eps)
+    np.testing.assert_allclose(got_T, T, rtol=1e-13)
+    np.testing.assert_allclose(got_f, f, rtol=1e-13)
+    np.testing.assert_allclose(got_g, g, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(dual_hessian(got_T, eps), H, rtol=1e-13)
+    x0 = np.asarray(initial_point(*map(jnp.asarray, (cost, a, b)), eps))
+    alpha0, beta0 = x0[:n], np.append(x0[n:], 0.0)
+    T0 = np.exp((alpha0[:, None] + beta0[None] - cost) / eps)
+    np.testing.assert_allclose(T0.sum(0), b, rtol=1e-12)
+    np.testing.assert_allclose(alpha0, alpha0[0])  # α = 0 moved by one gauge constant

@@ -14,9 +14,11 @@ The ``ρ``-quantile of ``T̃`` is exact when ``T̃`` has at most ``sample_cap`` 
 estimated from a fixed random sample beyond that (a full sort of 10⁶ entries costs more than the
 rest of an iteration); the density actually kept is returned so the caller can report it.
 
-Density schedule (Algorithm 1 and the authors' code): start at ``ρ_max / 10``, multiply by 0.9
-after an iteration that reduced ``‖g‖`` and by 2 after one that did not, clipped to
-``[ρ_min, ρ_max]``.
+Density schedule (Algorithm 1 and the authors' code as of February 2025): start at ``ρ_max / 10``,
+multiply by 0.9 after an iteration that reduced ``‖g‖`` and by 2 after one that did not, clipped
+to ``[ρ_min, ρ_max]``. The authors changed it in June 2025 (regot 0.0.3, the C++ SPLR the
+benchmark runs): ×1.1 after a "bad move" (``‖g‖`` rose while already below its initial value),
+×0.99 otherwise; jaxlab keeps the earlier rule.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "quantile_sample",
     "sparsify",
     "sparsify_above",
+    "sparsify_budget",
     "threshold_search",
     "top_threshold",
 ]
@@ -181,8 +184,7 @@ def sparsify(
 def sparsify_above(T: Float[Array, "n m"], epsilon, threshold) -> SparseHessian:
     """Builds ``H_Ω`` keeping the entries of ``T̃`` that are ``≥ threshold`` (and row/column 0).
 
-    This is the rule of SSNS (Tang & Qiu, NeurIPS 2024, Section 3), and the second half of
-    :func:`sparsify`.
+    The second half of :func:`sparsify`.
     """
     T_t = T[:, :-1]
     n, m1 = T_t.shape
@@ -192,6 +194,37 @@ def sparsify_above(T: Float[Array, "n m"], epsilon, threshold) -> SparseHessian:
     rows = jnp.arange(n)[:, None] == 0
     cols = jnp.arange(m1)[None, :] == 0
     S = jnp.where(top | rows | cols, T_t, 0.0) / epsilon
+    return SparseHessian(T.sum(axis=1) / epsilon, T_t.sum(axis=0) / epsilon, S, kept)
+
+
+def _budget_keep(D, budget, axis):
+    """Along ``axis``, which entries of ``D ≥ 0`` stay: all but the smallest ones whose sum is at
+    most ``budget`` (ties with the first survivor survive too)."""
+    srt = jnp.sort(D, axis=axis)
+    count = jnp.sum(jnp.cumsum(srt, axis=axis) <= budget, axis=axis, keepdims=True)
+    size = D.shape[axis]
+    first = jnp.take_along_axis(srt, jnp.minimum(count, size - 1), axis=axis)
+    return D >= jnp.where(count < size, first, jnp.inf)
+
+
+def sparsify_budget(T: Float[Array, "n m"], epsilon, delta) -> SparseHessian:
+    """Builds SSNS's ``H_δ``: the entries of ``T̃`` dropped sum to at most δ per column, 2δ per row.
+
+    Tang & Qiu (NeurIPS 2024), Section 3, as the authors' ``sparsify_mat3``
+    (``src/sinkhorn_sparsify3.cpp`` in yixuan/regot-python) computes it: in each column of ``T̃``
+    drop the smallest entries whose sum stays ``≤ δ``; then, in each row whose dropped entries sum
+    to more than ``2δ``, keep the largest of them again until what is dropped sums to ``≤ 2δ``.
+    The dropped part has bounded row and column sums (the error control of the scheme), not
+    merely entries below δ. Diagonals are exact; no row or column is kept by default (unlike
+    SPLR's ``H_Ω``), as in their code.
+    """
+    T_t = T[:, :-1]
+    n, m1 = T_t.shape
+    dropped = jnp.where(_budget_keep(T_t, delta, axis=0), 0.0, T_t)
+    dropped = jnp.where(_budget_keep(dropped, 2.0 * delta, axis=1), 0.0, dropped)
+    keep = dropped == 0  # the authors' test: an entry is in H_δ where nothing was dropped
+    S = jnp.where(keep, T_t, 0.0) / epsilon
+    kept = jnp.sum(keep, dtype=jnp.int32)
     return SparseHessian(T.sum(axis=1) / epsilon, T_t.sum(axis=0) / epsilon, S, kept)
 
 

@@ -1,7 +1,8 @@
 """SSNS: the safe and sparse Newton method (Tang & Qiu, NeurIPS 2024), baseline of Section 5.
 
-Each iteration sparsifies the Hessian by an absolute threshold ``δ_k = ν₀ ‖g_k‖`` on ``T̃`` (Tang &
-Qiu, Section 3; entries below it are dropped, diagonals kept exactly), shifts it by
+Each iteration sparsifies the Hessian with ``δ_k = ν₀ ‖g_k‖`` (Tang & Qiu, Section 3, as the
+authors' ``sparsify_mat3``: the entries of ``T̃`` dropped sum to at most δ per column and 2δ per
+row, :func:`~.sparse_hessian.sparsify_budget`; diagonals kept exactly), shifts it by
 ``μ_k ‖g_k‖`` (a Levenberg–Marquardt shift), and solves ``(H_δ + μ_k ‖g_k‖ I) d = -g``. The step
 ``t`` is the first of ``{1, 1/2, 1/4, 1/10}`` that decreases ``f`` (else the best of them); the
 trust-region ratio ``r = (f(x) - f(x + td)) / (-gᵀ(td) - ½ (td)ᵀ H_δ (td))`` decides whether to
@@ -20,7 +21,7 @@ from jax import lax
 
 from jaxlab.core.iterate import below, iterate
 from jaxlab.methods.qn_ot.direction import default_linear_solver
-from jaxlab.methods.qn_ot.sparse_hessian import sparsify_above
+from jaxlab.methods.qn_ot.sparse_hessian import sparsify_budget
 from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 from jaxlab.ot.output import RawSolution, raw_solution
@@ -78,7 +79,7 @@ def ssns(
     )
 
     def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
-        H = sparsify_above(st.T, epsilon, nu0 * st.gnorm)
+        H = sparsify_budget(st.T, epsilon, nu0 * st.gnorm)
         d = solve_shifted(H, st.mu * st.gnorm, -st.g, solver)
         # Step selection over the fixed candidates: stop at the first decrease, else the best.
         steps = jnp.asarray(STEPS, dtype)

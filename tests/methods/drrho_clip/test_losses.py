@@ -425,3 +425,51 @@ def test_distill_takes_the_teacher_at_its_own_temperature(batch):
     want_txt = ce(txt @ img.T / tau, rtxt @ rimg.T / ref_tau)
     got = L.distill_loss(*batch, tau=tau, ref_tau=ref_tau)
     np.testing.assert_allclose(got, (want_img + want_txt) / 2, rtol=1e-5)
+
+
+def test_surrogate_with_a_reference_is_the_authors_sogclr_forward(batch, x64):
+    """``drrho_surrogate`` with a reference, γ < 1 and ε > 0 against the authors' ``SogCLRLoss``
+    (``src/fast_clip/loss.py`` of Optimization-AI/DRRho-CLIP, one process, ``multiply_tau``) in
+    float64 numpy: ``pairwise_loss`` subtracts ``(ref_sim − ref_diag)`` at the learner's logit
+    scale (paper Eq. (9)); u ← the γ-average of log(ε + (1/N) Σ_{j≠i} e^{d_ij}) in the log domain,
+    a fresh sample (their u = 0) taking the estimate; loss = τ mean_i Σ_dir Σ_{j≠i} sg(e^{d_ij −
+    u_i}) d_ij / (N − 1); its image gradient from the same weights."""
+    from scipy.special import logsumexp
+
+    img, txt, rimg, rtxt = (np.float64(x) for x in batch)
+    tau, eps, gamma = 0.2, 0.05, 0.4
+    n = len(img)
+    rng = np.random.default_rng(4)
+    seen = np.array([True, False, True, True, False, True])
+    u_im0, u_tt0 = (np.where(seen, rng.normal(size=n), 0.0) for _ in range(2))
+    eye, mask = np.eye(n), 1.0 - np.eye(n)
+    diag, rdiag = np.sum(img * txt, 1, keepdims=True), np.sum(rimg * rtxt, 1, keepdims=True)
+    diff_im = (img @ txt.T - diag) / tau - (rimg @ rtxt.T - rdiag) / tau
+    diff_tt = (txt @ img.T - diag) / tau - (rtxt @ rimg.T - rdiag) / tau
+
+    def moving(u, diff):
+        shift = np.log(eps * n)
+        g = logsumexp(diff + eye * shift - shift, axis=1) + np.log(eps)
+        u_diff = u + np.log(1 - gamma) - (g + np.log(gamma))
+        new = np.where(u_diff > 0, u + np.log(1 - gamma) + np.log1p(np.exp(-u_diff)),
+                       g + np.log(gamma) + np.log1p(np.exp(u_diff)))  # fmt: skip
+        return np.where(u == 0.0, g, new)
+
+    u_im, u_tt = moving(u_im0, diff_im), moving(u_tt0, diff_tt)
+    a_im = np.exp(diff_im - u_im[:, None]) * mask / (n - 1)
+    a_tt = np.exp(diff_tt - u_tt[:, None]) * mask / (n - 1)
+    want = tau * np.mean(np.sum(diff_im * a_im, 1) + np.sum(diff_tt * a_tt, 1))
+    want_g_img = (a_im @ txt - a_im.sum(1, keepdims=True) * txt) / n
+    want_g_img += (a_tt.T @ txt - a_tt.sum(1, keepdims=True) * txt) / n
+
+    tables = L.ContrastiveTables(jnp.asarray(u_im0), jnp.asarray(u_tt0), jnp.asarray(seen))
+    ids = jnp.arange(n)
+
+    def sur(i):
+        return L.drrho_surrogate(i, txt, rimg, rtxt, tables, ids, tau=tau, eps=eps, gamma=gamma)
+
+    (value, new_tables), g_img = jax.jit(jax.value_and_grad(sur, has_aux=True))(jnp.asarray(img))
+    np.testing.assert_allclose(value, want, rtol=1e-10)
+    np.testing.assert_allclose(new_tables.log_u_img, u_im, rtol=1e-10)
+    np.testing.assert_allclose(new_tables.log_u_txt, u_tt, rtol=1e-10)
+    np.testing.assert_allclose(g_img, want_g_img, rtol=1e-9, atol=1e-12)

@@ -58,3 +58,11 @@ def test_residual_cov_equals_its_two_forms(x64):
     np.testing.assert_allclose(
         np.asarray(post.well_determined), 1 - alpha * np.diag(sigma), rtol=1e-10
     )
+
+
+def test_initial_gamma_by_hand():
+    """γ₀ = N / (d ‖x_i‖²) with d the number of non-zero rows; a zero row starts at 0 (pruned)."""
+    from jaxlab.methods.nard.model import initial_gamma
+
+    X = np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])  # ‖x‖² = 25, 0, 3; N = 3
+    np.testing.assert_allclose(initial_gamma(jnp.asarray(X)), [3 / (2 * 25), 0.0, 3 / (2 * 3)])

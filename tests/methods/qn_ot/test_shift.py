@@ -13,35 +13,61 @@ beside the shift.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxlab.methods.qn_ot.splr as splr_module
 
 SHIFT_MAX = 1e-3
 
 
-def test_the_shift_is_the_gradient_norm_capped_at_shift_max(x64, monkeypatch):
+def _bits(*values):  # float64 values sent as their bits: the callback would round them to f32
+    return [jax.lax.bitcast_convert_type(v, jnp.uint32) for v in values]
+
+
+def _f64(v):
+    return np.asarray(v).view(np.float64)
+
+
+@pytest.fixture(scope="module")
+def recorded_run():
+    """One sparse-Newton run recording every ``(τ, rhs)`` handed to the shifted solve and every
+    ``(first trial step, accepted step)`` of the line search."""
     rng = np.random.default_rng(3)
     x, y = rng.random((7, 2)), rng.random((6, 2))
     cost = ((x[:, None] - y[None]) ** 2).sum(-1)
     a, b = rng.random(7) + 0.2, rng.random(6) + 0.2
     a, b = a / a.sum(), b / b.sum()
 
-    seen = []
-    real = splr_module.solve_shifted
+    shifts, steps = [], []
+    real_solve, real_search = splr_module.solve_shifted, splr_module.more_thuente
 
-    def record(t, r):  # float64 values sent as their bits: the callback would round them to f32
-        seen.append((np.asarray(t).view(np.float64).item(), np.asarray(r).view(np.float64)[:, 0]))
+    def record_shift(t, r):
+        shifts.append((_f64(t).item(), _f64(r)[:, 0]))
 
-    def recording(H, tau, rhs, solver, **kwargs):
-        bits = [jax.lax.bitcast_convert_type(v, jnp.uint32) for v in (tau, rhs)]
-        jax.debug.callback(record, *bits, ordered=True)
-        return real(H, tau, rhs, solver, **kwargs)
+    def record_step(first, accepted):
+        steps.append((_f64(first).item(), _f64(accepted).item()))
 
-    monkeypatch.setattr(splr_module, "solve_shifted", recording)
-    # the full Hessian (density 1 from the start): sparse Newton then converges in ~11 iterations
-    options = dict(tol=1e-11, max_iter=50, density_max=1.0, density_init=1.0, low_rank=False)
-    out = splr_module.splr(cost, a, b, 0.05, shift_max=SHIFT_MAX, **options)
-    jax.effects_barrier()
+    def solve_recording(H, tau, rhs, solver, **kwargs):
+        jax.debug.callback(record_shift, *_bits(tau, rhs), ordered=True)
+        return real_solve(H, tau, rhs, solver, **kwargs)
+
+    def search_recording(fun, x, d, f0, g0, aux0, step0, **kwargs):
+        out = real_search(fun, x, d, f0, g0, aux0, step0, **kwargs)
+        jax.debug.callback(record_step, *_bits(step0, out.step), ordered=True)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp, jax.enable_x64(True):
+        mp.setattr(splr_module, "solve_shifted", solve_recording)
+        mp.setattr(splr_module, "more_thuente", search_recording)
+        # the full Hessian (density 1 from the start): sparse Newton converges in ~11 iterations
+        options = dict(tol=1e-11, max_iter=50, density_max=1.0, density_init=1.0, low_rank=False)
+        out = splr_module.splr(cost, a, b, 0.05, shift_max=SHIFT_MAX, **options)
+        jax.effects_barrier()
+    return out, shifts, steps
+
+
+def test_the_shift_is_the_gradient_norm_capped_at_shift_max(recorded_run):
+    out, seen, _ = recorded_run
     assert bool(out.converged)
     assert len(seen) == int(out.n_iter) >= 3
 
@@ -50,3 +76,18 @@ def test_the_shift_is_the_gradient_norm_capped_at_shift_max(x64, monkeypatch):
     # both sides of the min, each clearly away from the kink
     assert (gnorms > 2 * SHIFT_MAX).any() and (gnorms < SHIFT_MAX / 2).any()
     np.testing.assert_allclose(taus, np.minimum(gnorms, SHIFT_MAX), rtol=1e-12)
+
+
+def test_the_line_search_starts_at_one_and_a_half_times_the_last_step(recorded_run):
+    """Algorithm 1, step 4, as the authors' ``sinkhorn_splr.cpp`` calls its line search: first
+    trial ``min(1, 1.5 t_{k−1})`` with ``t_{−1} = 1`` (jaxlab's guard beside it: a failed search,
+    t = 0, leaves the previous step in place)."""
+    out, _, steps = recorded_run
+    assert len(steps) == int(out.n_iter)
+    last, want = 1.0, []
+    for _, accepted in steps:
+        want.append(min(1.0, 1.5 * last))
+        last = accepted if accepted > 0 else last
+    first = np.array([f for f, _ in steps])
+    assert (first < 1).any()  # a step below 2/3 was taken, so the rule shows
+    np.testing.assert_allclose(first, want, rtol=1e-12)

@@ -1,5 +1,6 @@
 """H_Ω (Section 3.1): positive definite with a shift, exact with a full mask, density as defined."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -89,3 +90,55 @@ def test_cg_on_schur_complement_matches_dense_solve(x64):
     for solver in LinearSolver:
         got = solve_shifted(H, 1e-4, rhs, solver, cg_tol=1e-13)
         np.testing.assert_allclose(got, exact, rtol=1e-8)
+
+
+def _authors_sparsify_mat3(T, delta):
+    """SSNS's sparsification as the authors' ``sparsify_mat3`` (yixuan/regot-python,
+    ``src/sinkhorn_sparsify3.cpp``; Tang & Qiu, NeurIPS 2024, Section 3), float64 numpy loops:
+    per column drop the smallest entries while their sum stays ≤ δ (``find_small``), then per row
+    whose dropped entries sum to more than 2δ keep the largest again until the rest is ≤ 2δ
+    (``find_large`` from the right, target ``rowsum − 2δ``). Returns the kept mask of ``T̃`` and
+    whether the row pass changed anything."""
+    n, m1 = T.shape[0], T.shape[1] - 1
+    dropped = T[:, :m1].copy()
+    for j in range(m1):
+        x, total, cut = np.sort(T[:, j]), 0.0, n
+        for k in range(n):
+            total += x[k]
+            if total > delta:
+                cut = k
+                break
+        thresh = np.inf if cut >= n else x[cut]
+        dropped[:, j] = np.where(T[:, j] >= thresh, 0.0, T[:, j])
+    row_pass = False
+    for i in range(n):
+        row = dropped[i].copy()
+        if row.sum() > 2 * delta:
+            x, target, total = np.sort(row), row.sum() - 2 * delta, 0.0
+            for k in range(m1 - 1, -1, -1):
+                total += x[k]
+                if total >= target:
+                    break
+            dropped[i] = np.where(row >= x[k], 0.0, row)
+            row_pass = True
+    return dropped == 0, row_pass
+
+
+@pytest.mark.parametrize("delta", [1e-4, 2e-3, 1e-2])
+def test_ssns_sparsification_is_the_authors_sparsify_mat3(x64, delta):
+    from jaxlab.methods.qn_ot.sparse_hessian import sparsify_budget
+
+    T, eps = _plan(13, n=12, m=9, eps=0.1)
+    # Entries of at least δ/2, and a row of smaller ones, dropped in every column (their sum
+    # exceeds 2δ, so the row pass acts) beside the one-or-two smallest of other rows.
+    T = (T + 0.5 * delta).at[3, :].set(delta * jnp.linspace(0.1, 0.45, 9))
+    keep, row_pass = _authors_sparsify_mat3(np.asarray(T), delta)
+    assert row_pass and 0 < keep.sum() < keep.size  # both passes act, something is dropped
+    H = jax.jit(sparsify_budget)(T, eps, delta)
+    np.testing.assert_array_equal(np.asarray(H.S) != 0, keep)
+    np.testing.assert_allclose(H.S, np.where(keep, np.asarray(T)[:, :-1], 0) / eps, rtol=1e-14)
+    np.testing.assert_allclose(H.h1, np.asarray(T).sum(1) / eps, rtol=1e-14)
+    np.testing.assert_allclose(H.h2, np.asarray(T)[:, :-1].sum(0) / eps, rtol=1e-14)
+    assert int(H.kept) == keep.sum()
+    dropped = np.where(keep, 0, np.asarray(T)[:, :-1])  # the error control of the scheme
+    assert (dropped.sum(0) <= delta).all() and (dropped.sum(1) <= 2 * delta + 1e-18).all()
