@@ -18,7 +18,8 @@ Density schedule (Algorithm 1 and the authors' code as of February 2025): start 
 multiply by 0.9 after an iteration that reduced ``‖g‖`` and by 2 after one that did not, clipped
 to ``[ρ_min, ρ_max]``. The authors changed it in June 2025 (regot 0.0.3, the C++ SPLR the
 benchmark runs): ×1.1 after a "bad move" (``‖g‖`` rose while already below its initial value),
-×0.99 otherwise; jaxlab keeps the earlier rule.
+×0.99 otherwise (:func:`next_density_regot`; SPLR's ``density_rule="regot"``). The default
+stays Algorithm 1's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from jaxtyping import Array, Float, Int
 __all__ = [
     "SparseHessian",
     "next_density",
+    "next_density_regot",
     "quantile_sample",
     "sparsify",
     "sparsify_above",
@@ -231,4 +233,11 @@ def sparsify_budget(T: Float[Array, "n m"], epsilon, delta) -> SparseHessian:
 def next_density(density, improved, density_min, density_max):
     """Density schedule: ``ρ ← 0.9 ρ`` if ``‖g‖`` decreased else ``2 ρ``, clipped (Alg. 1)."""
     density = jnp.where(improved, 0.9 * density, 2.0 * density)
+    return jnp.clip(density, density_min, density_max)
+
+
+def next_density_regot(density, bad_move, density_min, density_max):
+    """regot 0.0.3's schedule: ``ρ ← 1.1 ρ`` after a bad move (``‖g‖`` rose while already below
+    its initial value), else ``0.99 ρ``, clipped (``sinkhorn_splr.cpp`` since June 2025)."""
+    density = jnp.where(bad_move, 1.1 * density, 0.99 * density)
     return jnp.clip(density, density_min, density_max)

@@ -10,7 +10,9 @@ Wang & Qiu (ICML 2025), Algorithm 1. From ``x_k = (α, β̃)`` with gradient ``g
    ``yᵀs > 10⁻⁶ yᵀy`` (Section 3.2), and ``d_k = -B_k⁻¹ g_k`` (:mod:`linsolve`);
 4. ``x_{k+1} = x_k + t_k d_k`` with ``t_k`` from the strong-Wolfe search of Moré & Thuente started
    at ``min(1, 1.5 t_{k-1})`` (:mod:`line_search`);
-5. ``ρ_{k+1}`` = 0.9 ρ_k if ``‖g‖`` decreased else 2 ρ_k, clipped to ``[ρ_min, ρ_max]``.
+5. ``ρ_{k+1}`` = 0.9 ρ_k if ``‖g‖`` decreased else 2 ρ_k, clipped to ``[ρ_min, ρ_max]``
+   (``density_rule="paper"``, the default; ``"regot"`` is the rule of the authors' C++ code since
+   June 2025, regot 0.0.3: 1.1 ρ_k after a rise of ``‖g‖`` below its initial value, else 0.99 ρ_k).
 
 Stop when ``‖g_k‖₂ < tol``. With ``low_rank=False`` this is the paper's ablation "sparse Newton"
 (steps 1, 2, 4, 5 only). The start point, as in the authors' code, is ``α = 0`` and the exact
@@ -25,6 +27,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
 from jaxlab.methods.qn_ot.direction import (
     build_hessian,
@@ -32,7 +35,7 @@ from jaxlab.methods.qn_ot.direction import (
     inverse_bfgs_direction,
 )
 from jaxlab.methods.qn_ot.gathered_hessian import default_capacity
-from jaxlab.methods.qn_ot.sparse_hessian import next_density
+from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
 from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
@@ -72,6 +75,7 @@ def splr(
     cg_tol: float = 1e-8,
     step_max: float = 1e10,
     init: tuple[jnp.ndarray, jnp.ndarray] | None = None,
+    density_rule: str = "paper",
 ) -> RawSolution:
     """Runs SPLR (Algorithm 1) on the dual of the entropic OT problem ``(M, a, b, η)``.
 
@@ -92,7 +96,11 @@ def splr(
       step_max: largest line-search step.
       init: initial potentials ``(α₀, β₀)`` (warm start); None starts from
         :func:`~jaxlab.ot.dual.initial_point`.
+      density_rule: ``"paper"`` (Algorithm 1: ×0.9 / ×2) or ``"regot"`` (regot 0.0.3: ×0.99 /
+        ×1.1 after a bad move), step 5 above.
     """
+    if density_rule not in ("paper", "regot"):
+        raise ConfigError(f"density_rule={density_rule!r}: choose 'paper' or 'regot'")
     n, m = cost.shape
     size = n + m - 1
     solver = default_linear_solver(size, density_max) if linear_solver is None else linear_solver
@@ -147,7 +155,16 @@ def splr(
             gnorm=gnorm_new,
             T=ls.aux,
             step=jnp.where(ls.step > 0, ls.step, st.step),
-            density=next_density(st.density, gnorm_new < st.gnorm, density_min, density_max),
+            density=(
+                next_density(st.density, gnorm_new < st.gnorm, density_min, density_max)
+                if density_rule == "paper"
+                else next_density_regot(
+                    st.density,
+                    (st.gnorm < gnorm0) & (gnorm_new > st.gnorm),
+                    density_min,
+                    density_max,
+                )
+            ),
             densities=st.densities.at[k].set(st.density),
             n_evals=st.n_evals + ls.n_evals,
         )

@@ -142,3 +142,38 @@ def test_ssns_sparsification_is_the_authors_sparsify_mat3(x64, delta):
     assert int(H.kept) == keep.sum()
     dropped = np.where(keep, 0, np.asarray(T)[:, :-1])  # the error control of the scheme
     assert (dropped.sum(0) <= delta).all() and (dropped.sum(1) <= 2 * delta + 1e-18).all()
+
+
+@pytest.mark.parametrize("rule", ["paper", "regot"])
+def test_splr_density_trace_follows_its_rule(x64, rule):
+    """The densities SPLR used, recomputed in float64 from its own ‖g‖ trace by the rule as
+    written: Algorithm 1 (×0.9 after a decrease, else ×2), or regot 0.0.3's ``sinkhorn_splr.cpp``
+    (×1.1 when ‖g‖ rose while the previous ‖g‖ was below the initial one, else ×0.99); ρ₀ = ρ_max
+    / 10, clipped to [ρ_max / 100, ρ_max]."""
+    from jaxlab.methods.qn_ot import api
+
+    rng = np.random.default_rng(5)
+    x, y = rng.random((30, 2)), rng.random((30, 2))
+    cost = ((x[:, None] - y[None]) ** 2).sum(-1)
+    out = api.solve(np.ones(30) / 30, np.ones(30) / 30, cost, epsilon=0.01, density_max=0.1,
+                    density_rule=rule, tol=1e-9)  # fmt: skip
+    k = int(out.n_iter)
+    g, used = np.asarray(out.errors, np.float64)[: k + 1], np.asarray(out.densities)[:k]
+    rho, want = 0.01, []
+    for i in range(k):
+        want.append(rho)
+        if rule == "paper":
+            factor = 0.9 if g[i + 1] < g[i] else 2.0
+        else:
+            factor = 1.1 if (g[i] < g[0] and g[i + 1] > g[i]) else 0.99
+        rho = min(max(rho * factor, 0.001), 0.1)
+    assert k > 5
+    np.testing.assert_allclose(used, want, rtol=1e-12)
+
+
+def test_an_unknown_density_rule_is_a_one_line_error():
+    from jaxlab.core.errors import ConfigError
+    from jaxlab.methods.qn_ot import api
+
+    with pytest.raises(ConfigError, match="density_rule='fast'"):
+        api.solve(np.ones(3) / 3, np.ones(3) / 3, np.eye(3), epsilon=1.0, density_rule="fast")
