@@ -2,11 +2,12 @@
 
 On CPU most of a small program's first call is XLA's code generation: LLVM's optimisation of the
 generated code and, in the XLA of JAX 0.10, the MLIR fusion emitters. The smoke run of an LM
-(``lm_baseline --smoke --set train.steps=2``) spends about 6 of its 9 seconds there, on programs
-that then run for milliseconds. :data:`FAST_CPU_OPTIONS` (LLVM at level 0, the older loop emitters
-where XLA has the switch) compile those programs several times faster; they compute the same values
-up to rounding, and matrix products, which run in library kernels, keep their speed, but
-elementwise work (the random bits of an initialisation above all) runs slower.
+(``lm_baseline --smoke --set train.steps=2``) spends most of its time there, on programs that then
+run for milliseconds (the measurements are in the root README, "Start-up").
+:data:`FAST_CPU_OPTIONS` (LLVM at level 0, the older loop emitters where XLA has the switch)
+compile those programs several times faster; they compute the same values up to rounding, and
+matrix products, which run in library kernels, keep their speed, but elementwise work (the random
+bits of an initialisation above all) runs slower.
 
 So the fast compile is only for a run where the work it slows is small (:func:`short_run_options`):
 a CPU run of a few steps of a small model, the case of a smoke test or of a first try from a
