@@ -8,8 +8,9 @@ plan, or whether the alignment term is on (:data:`METHODS`), so a comparison cha
 Where the paper and the code differ:
 
 * the mass schedule: the code sets ``α_t = α t / T_ramp + 0.01`` for ``t ≤ T_ramp`` (so it ends the
-  ramp at ``α + 0.01`` and then drops to ``α``); here ``α_t = 0.01 + (α - 0.01) min(t / T_ramp, 1)``
-  reaches ``α`` exactly (the paper, Sec. 5, only says the mass is increased from a small value);
+  ramp at ``α + 0.01`` and then drops to ``α``); the default here, ``mass_ramp="linear"``, is
+  ``α_t = 0.01 + (α - 0.01) min(t / T_ramp, 1)``, which reaches ``α`` exactly (the paper, Sec. 5,
+  only says the mass is increased from a small value); ``mass_ramp="authors"`` is the code's;
 * the classifier loss is the weighted mean ``Σ w_i CE_i / Σ w_i`` as in the code's
   ``CrossEntropyWeighted`` (the paper's Eq. for the empirical bound weights by ``w_i`` directly;
   with ``Σ w = α`` the two differ by the factor ``α``, which the normalisation removes).
@@ -47,6 +48,7 @@ import math
 from typing import Literal
 
 from jaxlab.core.config import MAX_STEPS, check, check_choices
+from jaxlab.methods.warmpot.loss import MassRamp
 from jaxlab.methods.warmpot.model import HeadKind
 
 __all__ = ["METHODS", "MethodName", "WarmpotConfig"]
@@ -85,6 +87,7 @@ class WarmpotConfig:
     eta3: float = 0.1
     entropy: float = 0.0  # weight of the mean target prediction entropy (the code's --entropy)
     ramp_steps: int = 300  # steps over which α_t rises from 0.01 to α
+    mass_ramp: MassRamp = "linear"  # or "authors": their α t / T + 0.01 (loss.mass_schedule)
     steps: int = 1000
     batch_size: int = 64
     learning_rate: float = 1e-3

@@ -28,7 +28,7 @@ finiteness flag is (:data:`jaxlab.core.step.STATE_FINITE`); it also serves
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +36,12 @@ import optax
 from jaxtyping import Array, Bool, Float, Int
 
 from jaxlab.core.checks import check_ids, ids_in_range
+from jaxlab.core.errors import ConfigError
 from jaxlab.ot.partial import PartialOTOutput, partial_ot
 
 __all__ = [
     "Knobs",
+    "MassRamp",
     "WarmpotTerms",
     "batch_loss",
     "capacity_share",
@@ -50,6 +52,9 @@ __all__ = [
     "warmpot_loss",
     "weighted_ce",
 ]
+
+# The mass ramp: jaxlab's linear one ending at α, or the authors' code's (:func:`mass_schedule`).
+MassRamp = Literal["linear", "authors"]
 
 
 class Knobs(NamedTuple):
@@ -69,10 +74,35 @@ class Knobs(NamedTuple):
     mode: Float[Array, " 3"]
 
 
-def mass_schedule(step, alpha, ramp_steps) -> Float[Array, ""]:
-    """``α_t = 0.01 + (α - 0.01) min(t / T, 1)``; α from the start when ``T = 0`` (traceable)."""
+def mass_schedule(step, alpha, ramp_steps, kind: MassRamp = "linear") -> Float[Array, ""]:
+    """The transported mass ``α_t`` at step ``t`` (traceable in every argument but ``kind``).
+
+    The paper (Sec. 5) only says the mass grows from a small value; two ramps are offered:
+
+    * ``"linear"`` (the default): ``α_t = 0.01 + (α - 0.01) min(t / T, 1)``, which reaches ``α``
+      exactly at ``t = T`` and stays there; ``α`` from the start when ``T = 0``.
+    * ``"authors"``: the authors' ``warmpot.py`` loop, ``α_t = α t / T + 0.01`` for ``t ≤ T`` and
+      ``α`` afterwards (it ends the ramp at ``α + 0.01``, then drops to ``α``); as there, ``T ≤ 1``
+      means no ramp (``--mass_increase_i <= 1``).
+
+    The caller caps ``α_t`` at the total masses (``min(1, 1/β)``, as :mod:`.train` does).
+
+    Args:
+      step: the iteration ``t`` (int or float scalar).
+      alpha: the final mass ``α``.
+      ramp_steps: the ramp length ``T``.
+      kind: ``"linear"`` or ``"authors"``.
+    Returns:
+      ``α_t``, a float32 scalar.
+    """
+    t = jnp.asarray(step, jnp.float32)
     ramp = jnp.asarray(ramp_steps, jnp.float32)
-    frac = jnp.minimum(jnp.asarray(step, jnp.float32) / jnp.maximum(ramp, 1.0), 1.0)
+    if kind == "authors":
+        on = (ramp > 1) & (t <= ramp)
+        return jnp.where(on, alpha * t / jnp.maximum(ramp, 1.0) + 0.01, alpha)
+    if kind != "linear":
+        raise ConfigError(f"mass ramp {kind!r} is not one of 'linear', 'authors'")
+    frac = jnp.minimum(t / jnp.maximum(ramp, 1.0), 1.0)
     frac = jnp.where(ramp > 0, frac, 1.0)
     return 0.01 + (alpha - 0.01) * frac
 

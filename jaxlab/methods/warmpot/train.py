@@ -232,10 +232,25 @@ class _Carry(NamedTuple):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("graphdef", "tx", "batch", "chunk", "tol", "iters", "balanced")
+    jax.jit,
+    static_argnames=("graphdef", "tx", "batch", "chunk", "tol", "iters", "balanced", "ramp_kind"),
 )
 def _chunk(
-    carry, start, knobs, ramp, outlier, data, *, graphdef, tx, batch, chunk, tol, iters, balanced
+    carry,
+    start,
+    knobs,
+    ramp,
+    outlier,
+    data,
+    *,
+    graphdef,
+    tx,
+    batch,
+    chunk,
+    tol,
+    iters,
+    balanced,
+    ramp_kind,
 ):
     xs, ys, xt, variant, by_class, counts = data
 
@@ -243,7 +258,7 @@ def _chunk(
         key, ks, kt = jax.random.split(c.key, 3)
         i_s = _source_batch(ks, xs.shape[0], by_class, counts, batch, balanced)
         i_t = jax.random.randint(kt, (batch,), 0, xt.shape[0])
-        alpha_t = mass_schedule(t, knobs.alpha, ramp)
+        alpha_t = mass_schedule(t, knobs.alpha, ramp, ramp_kind)
         alpha_t = jnp.minimum(alpha_t, jnp.minimum(1.0, 1.0 / knobs.beta))
 
         def loss_fn(params):
@@ -317,7 +332,7 @@ def train(
         carry, share, at_cap, v_share, conv = _chunk(
             carry, start, knobs, ramp, outlier, data, graphdef=graphdef, tx=tx,
             batch=cfg.batch_size, chunk=cfg.eval_every, tol=cfg.ot_tol, iters=cfg.ot_max_iter,
-            balanced=cfg.sampler == "balanced",
+            balanced=cfg.sampler == "balanced", ramp_kind=cfg.mass_ramp,
         )  # fmt: skip
         acc.append(float(_accuracy(carry.params, xt, yt, graphdef=graphdef)))
         shares.append(float(share))

@@ -103,6 +103,26 @@ def test_mass_schedule():
     assert np.all(np.diff([float(mass_schedule(t, alpha, 100)) for t in range(0, 120, 7)]) >= 0)
 
 
+def _authors_masses(mass: float, mass_increase_i: int, iterations: int) -> np.ndarray:
+    """The authors' ``warmpot.py`` training loop's ``adap_mass``, transcribed in float64."""
+    adap_limit = -1 if mass_increase_i <= 1 else mass_increase_i
+    out = []
+    for i in range(iterations + 1):
+        out.append(i * mass / adap_limit + 0.01 if i <= adap_limit else mass)
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("ramp", [0, 1, 7, 100])
+def test_authors_mass_ramp_is_their_loop(ramp):
+    ours = jax.vmap(lambda t: mass_schedule(t, 0.5, ramp, "authors"))(jnp.arange(131))
+    np.testing.assert_allclose(ours, _authors_masses(0.5, ramp, 130), rtol=1e-6)
+
+
+def test_unknown_mass_ramp_is_a_config_error():
+    with pytest.raises(ConfigError, match="mass ramp 'cosine'"):
+        mass_schedule(0, 0.5, 10, "cosine")
+
+
 def test_methods_differ_only_in_their_knobs():
     base = WarmpotConfig(alpha=0.7, beta=0.4)
     k = {m: knobs_of(WarmpotConfig(method=m, alpha=0.7, beta=0.4))[0] for m in
