@@ -1,5 +1,7 @@
 """Moré–Thuente search: strong-Wolfe steps, and never an increase of the objective."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,3 +67,89 @@ def test_returned_aux_belongs_to_the_returned_step(x64, max_evals):
         ls = search(step0)
         np.testing.assert_allclose(ls.aux, x + ls.step * d, rtol=1e-14, atol=1e-15)
         np.testing.assert_allclose(ls.value, fun(x + ls.step * d)[0], rtol=1e-12)
+
+
+# The six test functions of Moré & Thuente (1994), Section 5 (Tables 1-6), with their (μ, η) =
+# (c₁, c₂); each returns (φ(α), φ'(α)). Written from the paper.
+def _mt_1(a, b=2.0):
+    return -a / (a * a + b), (a * a - b) / (a * a + b) ** 2
+
+
+def _mt_2(a, b=0.004):
+    return (a + b) ** 5 - 2 * (a + b) ** 4, 5 * (a + b) ** 4 - 8 * (a + b) ** 3
+
+
+def _mt_3(a, b=0.01, k=39):
+    if a <= 1 - b:
+        p, dp = 1 - a, -1.0
+    elif a >= 1 + b:
+        p, dp = a - 1, 1.0
+    else:
+        p, dp = (a - 1) ** 2 / (2 * b) + b / 2, (a - 1) / b
+    c = 2 * (1 - b) / (k * math.pi)
+    return p + c * math.sin(k * math.pi * a / 2), dp + (1 - b) * math.cos(k * math.pi * a / 2)
+
+
+def _mt_yanai(b1, b2):
+    gam = lambda b: math.sqrt(1 + b * b) - b  # noqa: E731
+
+    def phi(a):
+        u, v = math.sqrt((1 - a) ** 2 + b2 * b2), math.sqrt(a * a + b1 * b1)
+        return gam(b1) * u + gam(b2) * v, -gam(b1) * (1 - a) / u + gam(b2) * a / v
+
+    return phi
+
+
+MT_CASES = {
+    "1": (_mt_1, 1e-3, 0.1),
+    "2": (_mt_2, 0.1, 0.1),
+    "3": (_mt_3, 0.1, 0.1),
+    "4": (_mt_yanai(1e-3, 1e-3), 1e-3, 1e-3),
+    "5": (_mt_yanai(1e-2, 1e-3), 1e-3, 1e-3),
+    "6": (_mt_yanai(1e-3, 1e-2), 1e-3, 1e-3),
+}
+
+
+def test_trial_steps_are_minpack_dcsrch_on_the_papers_functions(x64):
+    """Every trial step, and the accepted one, is that of MINPACK-2's ``dcsrch`` (Moré and
+    Thuente's own code, as ported in ``scipy.optimize._dcsrch``) on the paper's six test
+    functions, each from its four starts α₀ ∈ {1e-3, 1e-1, 1e1, 1e3}."""
+    dcsrch = pytest.importorskip("scipy.optimize._dcsrch").DCSRCH
+    names = sorted(MT_CASES)
+    ours = []
+
+    def host_phi(k, a):  # the jitted search calls back here at every trial
+        ours.append(float(a))
+        return np.asarray(MT_CASES[names[int(k)]][0](float(a)), np.float64)
+
+    def fun(k, x):
+        shape = jax.ShapeDtypeStruct((2,), jnp.float64)
+        v = jax.pure_callback(host_phi, shape, k, x[0])
+        return v[0], v[1:], None
+
+    @jax.jit
+    def search(k, f0, d0, step0, c1, c2):
+        return more_thuente(
+            lambda x: fun(k, x), jnp.zeros(1), jnp.ones(1), f0, d0[None], None, step0, c1=c1, c2=c2
+        )
+
+    for k, name in enumerate(names):
+        fn, mu, eta = MT_CASES[name]
+        f0, d0 = fn(0.0)
+        for step0 in (1e-3, 1e-1, 1e1, 1e3):
+            theirs = []
+
+            def phi(a, trials=theirs, fn=fn):
+                trials.append(a)
+                return fn(a)[0]
+
+            step, *_, task = dcsrch(phi, lambda a, fn=fn: fn(a)[1], mu, eta, 1e-12, 0.0, 1e10)(
+                step0, phi0=f0, derphi0=d0, maxiter=30
+            )
+            assert task.startswith(b"CONV")
+            ours.clear()
+            ls = search(k, f0, d0, step0, mu, eta)
+            where = f"function {name}, α₀ = {step0}"
+            np.testing.assert_allclose(ours, theirs, rtol=1e-10, err_msg=where)
+            assert bool(ls.wolfe) and int(ls.n_evals) == len(theirs), where
+            np.testing.assert_allclose(float(ls.step), step, rtol=1e-12, err_msg=where)
