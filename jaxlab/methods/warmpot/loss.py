@@ -48,6 +48,7 @@ __all__ = [
     "check_labels",
     "ground_cost",
     "mass_schedule",
+    "pada_class_weights",
     "plan_weights",
     "warmpot_loss",
     "weighted_ce",
@@ -251,6 +252,29 @@ def warmpot_loss(
     loss = ce + transport + entropy * ent
     ok = ids_in_range(y_s, logits_s.shape[-1])
     return loss, WarmpotTerms(jax.lax.stop_gradient(w), out, ce, transport, ent, ok)
+
+
+def pada_class_weights(
+    prev: Float[Array, " C"], mean_probs: Float[Array, " C"], momentum
+) -> Float[Array, " C"]:
+    """PADA's class weights, kept as a running average over batches.
+
+    PADA (Cao et al., ECCV 2018, Eq. 5) weighs the source classes by the target's mean predicted
+    distribution ``γ = (1/n_t) Σ_j ŷ_j``, normalised by its largest entry, ``γ ← γ / max γ``, and
+    recomputes it over the whole target set every so often; here each step's target batch gives
+    ``γ_batch`` and the weights are its running average,
+    ``w ← m w + (1 − m) γ_batch / max γ_batch`` (``m = momentum``; ``m = 0`` is PADA's Eq. 5 on the
+    batch). The loss normalises ``w[y_i]`` over the batch (:func:`batch_loss`), as PyTorch's
+    weighted cross-entropy does.
+
+    Args:
+      prev: the current weights ``(C,)`` (ones at the start).
+      mean_probs: the batch's mean target softmax ``(C,)``.
+      momentum: ``m`` in ``[0, 1)``.
+    Returns:
+      the new weights ``(C,)``.
+    """
+    return momentum * prev + (1.0 - momentum) * mean_probs / jnp.max(mean_probs)
 
 
 def batch_loss(model, x_s, y_s, x_t, knobs: Knobs, alpha_t, class_w, *, tol, max_iter):

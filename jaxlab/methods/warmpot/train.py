@@ -35,7 +35,13 @@ from flax import nnx
 
 from jaxlab.data.digits_da import DATask
 from jaxlab.methods.warmpot.config import WarmpotConfig
-from jaxlab.methods.warmpot.loss import Knobs, batch_loss, check_labels, mass_schedule
+from jaxlab.methods.warmpot.loss import (
+    Knobs,
+    batch_loss,
+    check_labels,
+    mass_schedule,
+    pada_class_weights,
+)
 from jaxlab.methods.warmpot.model import Head, Network
 
 __all__ = ["RunResult", "frozen_features", "inv_schedule", "knobs_of", "make_optimizer", "train"]
@@ -251,6 +257,7 @@ def _chunk(
     iters,
     balanced,
     ramp_kind,
+    pada_m,
 ):
     xs, ys, xt, variant, by_class, counts = data
 
@@ -271,7 +278,7 @@ def _chunk(
         updates, opt_state = tx.update(grads, c.opt_state, c.params)
         params = optax.apply_updates(c.params, updates)
         probs = aux["mean_target_probs"]
-        class_w = 0.9 * c.class_w + 0.1 * probs / jnp.max(probs)
+        class_w = pada_class_weights(c.class_w, probs, pada_m)
         share = jnp.sum(aux["w"] * outlier[ys[i_s]])
         v_share = jnp.sum(aux["w"] * variant[i_s])
         return _Carry(params, opt_state, class_w, key), (
@@ -332,7 +339,7 @@ def train(
         carry, share, at_cap, v_share, conv = _chunk(
             carry, start, knobs, ramp, outlier, data, graphdef=graphdef, tx=tx,
             batch=cfg.batch_size, chunk=cfg.eval_every, tol=cfg.ot_tol, iters=cfg.ot_max_iter,
-            balanced=cfg.sampler == "balanced", ramp_kind=cfg.mass_ramp,
+            balanced=cfg.sampler == "balanced", ramp_kind=cfg.mass_ramp, pada_m=cfg.pada_momentum,
         )  # fmt: skip
         acc.append(float(_accuracy(carry.params, xt, yt, graphdef=graphdef)))
         shares.append(float(share))

@@ -15,6 +15,7 @@ from jaxlab.methods.warmpot.loss import (
     capacity_share,
     ground_cost,
     mass_schedule,
+    pada_class_weights,
     plan_weights,
     warmpot_loss,
 )
@@ -232,3 +233,18 @@ def test_ground_cost_is_the_authors_euclidean_plus_label_cost(x64):
         tol=1e-12, max_iter=20_000,
     )  # fmt: skip
     np.testing.assert_allclose(terms.transport, eta3 * np.sum(np.asarray(terms.plan.matrix) * want))
+
+
+def test_pada_class_weights_are_eq_5_of_pada_averaged_over_batches():
+    """PADA (Cao et al. 2018, Eq. 5): γ = mean target softmax, γ / max γ; with momentum m the
+    weights are the running average m w + (1 − m) γ."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 16, 5))  # three target batches of 16 points, 5 classes
+    w_ref, w = np.ones(5), jnp.ones(5)
+    for batch in logits:
+        probs = np.exp(batch - batch.max(1, keepdims=True))
+        gamma = (probs / probs.sum(1, keepdims=True)).mean(0)
+        w_ref = 0.7 * w_ref + 0.3 * gamma / gamma.max()
+        w = pada_class_weights(w, jnp.asarray(gamma, jnp.float32), 0.7)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-6)
+    np.testing.assert_allclose(pada_class_weights(w, jnp.asarray(gamma), 0.0), gamma / gamma.max())

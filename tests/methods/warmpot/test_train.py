@@ -141,6 +141,10 @@ def test_every_method_of_a_seed_sees_the_same_frozen_features():
     # gives bit-equal results, as above).
     authors = train(dataclasses.replace(cfg, mass_ramp="authors"), task, a)
     assert not np.array_equal(authors.outlier_share, given.outlier_share)
+    # PADA's momentum reaches its class weights.
+    pada = dataclasses.replace(cfg, method="pada")
+    slow, fast = (train(dataclasses.replace(pada, pada_momentum=m), task, a) for m in (0.9, 0.0))
+    assert not np.array_equal(slow.outlier_share, fast.outlier_share)
 
 
 @pytest.mark.parametrize("epsilon", [None, 0.05])
