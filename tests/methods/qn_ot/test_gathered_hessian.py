@@ -51,6 +51,38 @@ def test_gathered_products_equal_the_masked_dense_ones(x64, density):
     np.testing.assert_allclose(gathered.col_sq_sum(w), dense.col_sq_sum(w), rtol=1e-12)
 
 
+def _numpy_h_omega(T, eps, density):
+    """``H_Ω`` written from Section 3.1 in float64 numpy: ``[[diag(T1), S], [Sᵀ, diag(T̃ᵀ1)]] / η``
+    with ``S`` the ``⌊ρ n (m-1)⌋`` largest entries of ``T̃`` (``T`` without its last column) plus
+    its row and column 0, the rest zero."""
+    T = np.asarray(T, np.float64)
+    n, m1 = T.shape[0], T.shape[1] - 1
+    T_t = T[:, :m1]
+    keep = np.zeros(n * m1, bool)
+    keep[np.argsort(-T_t.ravel(), kind="stable")[: int(np.floor(density * n * m1))]] = True
+    keep = keep.reshape(n, m1)
+    keep[0, :] = keep[:, 0] = True
+    H = np.zeros((n + m1, n + m1))
+    H[:n, :n] = np.diag(T.sum(1))
+    H[n:, n:] = np.diag(T_t.sum(0))
+    H[:n, n:] = np.where(keep, T_t, 0.0)
+    H[n:, :n] = H[:n, n:].T
+    return H / eps
+
+
+@pytest.mark.parametrize("density", [0.0, 0.1, 0.4])
+def test_gathered_products_equal_a_numpy_h_omega(x64, density):
+    T, eps = _plan(3)
+    n, m = T.shape
+    H = _numpy_h_omega(T, eps, density)
+    gathered = _gathered(T, eps, density, n * (m - 1))
+    rng = np.random.default_rng(2)
+    v, w = rng.normal(size=n + m - 1), rng.random(n)
+    np.testing.assert_allclose(gathered.matvec(jnp.asarray(v), 1e-3), H @ v + 1e-3 * v, rtol=1e-12)
+    S = H[:n, n:]
+    np.testing.assert_allclose(gathered.col_sq_sum(jnp.asarray(w)), (S**2 * w[:, None]).sum(0))
+
+
 def test_sparse_cg_matches_the_dense_solve(x64):
     T, eps = _plan(5)
     n, m = T.shape
