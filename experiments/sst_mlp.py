@@ -150,7 +150,7 @@ def _deep() -> Config:
         ),
         widths=(64, 256, 256, 256, 32),
         seeds=(0, 1),
-        lr_grid=(1e-3, 3e-3),
+        lr_grid=(1e-3, 3e-3, 1e-2, 3e-2),
         grid_steps=600,
     )
 
