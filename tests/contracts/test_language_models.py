@@ -223,8 +223,13 @@ def losses(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 1), (2, 2, 2)], ids=["data2-fsdp4", "data2-fsdp2-tp2"])
-@pytest.mark.parametrize("name", MODELS)
+# Every model over data × fsdp × tensor; a 4-way FSDP split once (the sharding rules are shared,
+# and a third layout per model cost about 40 s of the suite).
+SHARDED_CASES = [(name, (2, 2, 2)) for name in MODELS] + [("transformer", (2, 4, 1))]
+SHARDED_IDS = [f"{n}-data{a}-fsdp{b}-tp{c}" for n, (a, b, c) in SHARDED_CASES]
+
+
+@pytest.mark.parametrize("name, shape", SHARDED_CASES, ids=SHARDED_IDS)
 def test_sharded_step_equals_single_device(losses, name, shape):
     sharded, single = losses(name, shape), losses(name, (1, 1, 1))
     assert len(sharded) == len(single) == TRAIN.steps
