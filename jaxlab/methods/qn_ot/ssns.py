@@ -26,7 +26,7 @@ from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 from jaxlab.ot.output import RawSolution, raw_solution
 
-__all__ = ["ssns"]
+__all__ = ["ssns", "update_shift"]
 
 STEPS = (1.0, 0.5, 0.25, 0.1)
 
@@ -40,6 +40,15 @@ class _State(NamedTuple):
     mu: jnp.ndarray
     densities: jnp.ndarray
     n_evals: jnp.ndarray
+
+
+def update_shift(ratio, mu, kappa):
+    """The shift factor's trust-region update (Tang & Qiu, Algorithm 1; the authors' C++:
+    ``rho_t1 = 0.25``, ``rho_t2 = 0.75``, ``mu_s1 = 4``, ``mu_s2 = 0.5``): ``μ ← 4μ`` when
+    ``r < 1/4``, ``μ ← max(μ/2, κ)`` when ``r > 3/4``, unchanged otherwise (the thresholds
+    themselves included). Scalars or arrays of one shape; traceable."""
+    mu = jnp.where(ratio < 0.25, 4.0 * mu, mu)
+    return jnp.where(ratio > 0.75, jnp.maximum(0.5 * mu, kappa), mu)
 
 
 def ssns(
@@ -107,8 +116,7 @@ def ssns(
         model = -(st.g @ step) - 0.5 * (step @ H.matvec(step))
         ratio = (st.f - f_new) / model
         move = ratio > 0
-        mu = jnp.where(ratio < 0.25, 4.0 * st.mu, st.mu)
-        mu = jnp.where(ratio > 0.75, jnp.maximum(0.5 * st.mu, kappa), mu)
+        mu = update_shift(ratio, st.mu, kappa)
         g = jnp.where(move, g_new, st.g)
         gnorm = jnp.linalg.norm(g)
         n_kept = H.kept / (n * (m - 1))

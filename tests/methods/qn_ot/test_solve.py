@@ -328,3 +328,21 @@ def test_ssns_follows_the_authors_loop_step_by_step(x64, problem):
     k = int(np.argmax(want < 1e-7))
     assert k >= 20 and bool(out.converged)
     np.testing.assert_allclose(np.asarray(out.errors[:k]), want[:k], rtol=1e-6)
+
+
+def test_ssns_shift_update_is_the_authors_rule():
+    """``update_shift`` against regot's ``sinkhorn_ssns.cpp`` rule, transcribed: thresholds 1/4
+    and 3/4 (strict), factors 4 and 1/2, floor κ; the ratios straddle every boundary."""
+    from jaxlab.methods.qn_ot.ssns import update_shift
+
+    def theirs(rho, mu, kappa=1e-3):
+        if rho < 0.25:
+            return 4.0 * mu
+        if rho > 0.75:
+            return max(0.5 * mu, kappa)
+        return mu
+
+    ratios = [-3.0, 0.0, 0.2, 0.249, 0.25, 0.251, 0.5, 0.7, 0.72, 0.749, 0.75, 0.751, 0.8, 5.0]
+    for mu in (1.0, 1.5e-3, 1e-3):
+        got = update_shift(jnp.asarray(ratios), mu, 1e-3)
+        np.testing.assert_allclose(got, [theirs(r, mu) for r in ratios], rtol=1e-7, err_msg=mu)
