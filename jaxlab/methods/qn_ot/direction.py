@@ -24,7 +24,7 @@ from jaxlab.methods.qn_ot.gathered_hessian import GatheredHessian, sparsify_gath
 from jaxlab.methods.qn_ot.sparse_hessian import SparseHessian, sparsify
 from jaxlab.ot.linsolve import LinearSolver
 
-__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction"]
+__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction", "rank2_gate"]
 
 # Above this many unknowns the O(k³) factorisation costs more than CG on the Schur complement.
 CHOLESKY_MAX_SIZE = 128
@@ -49,6 +49,14 @@ def build_hessian(
     if solver is LinearSolver.SPARSE_CG:
         return sparsify_gathered(T, epsilon, density, capacity, sums=sums)
     return sparsify(T, epsilon, density)
+
+
+def rank2_gate(k, s: Float[Array, " k"], y: Float[Array, " k"]):
+    """Whether iteration ``k`` applies the rank-2 correction: not at the first iteration (no pair
+    yet) and only with enough curvature, ``yᵀs > 10⁻⁶ yᵀy`` (the authors' ``sinkhorn_splr.cpp``:
+    ``low_rank = (i > 0) && (ys > eps * yy)``, ``eps = 1e-6``), which keeps ``ρ = 1/(yᵀs)`` finite
+    and ``B`` positive definite (Section 3.2). Traceable; a boolean scalar."""
+    return (k > 0) & (y @ s > 1e-6 * (y @ y))
 
 
 def inverse_bfgs_direction(

@@ -33,6 +33,7 @@ from jaxlab.methods.qn_ot.direction import (
     build_hessian,
     default_linear_solver,
     inverse_bfgs_direction,
+    rank2_gate,
 )
 from jaxlab.methods.qn_ot.gathered_hessian import default_capacity
 from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
@@ -136,7 +137,7 @@ def splr(
         H = build_hessian(st.T, epsilon, st.density, solver, capacity, sums)
         tau = jnp.minimum(st.gnorm, shift_max)
         s, y = st.x - st.x_prev, st.g - st.g_prev
-        use_low_rank = low_rank & (k > 0) & (y @ s > 1e-6 * (y @ y))
+        use_low_rank = low_rank & rank2_gate(k, s, y)
         d = inverse_bfgs_direction(
             lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol), st.g, s, y, use_low_rank
         )

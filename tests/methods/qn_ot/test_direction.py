@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.methods.qn_ot.direction import inverse_bfgs_direction
+from jaxlab.methods.qn_ot.direction import inverse_bfgs_direction, rank2_gate
 
 
 def _setup(seed=0, k=8):
@@ -34,3 +34,17 @@ def test_equals_woodbury_on_the_bfgs_matrix(x64):
     np.testing.assert_allclose(
         inverse_bfgs_direction(solve, g, s, y, False), -np.linalg.solve(B0, g), rtol=1e-10
     )
+
+
+def test_rank2_gate_is_the_authors_curvature_test(x64):
+    """regot's ``sinkhorn_splr.cpp``: ``low_rank = (i > 0) && (ys > eps * yy)``, ``eps = 1e-6``.
+    On the convex dual the line search keeps yᵀs > 0, so a solve cannot show this: the gate is
+    checked on pairs around its threshold, negative curvature included."""
+    y = np.array([1.0, -2.0, 0.5])
+    yy = y @ y
+    s_unit = y / yy  # yᵀ(c s_unit) = c
+    for c in (-1.0, 0.0, 0.5e-6 * yy, 0.999e-6 * yy, 1.001e-6 * yy, 1e-3, 2.0):
+        s = c * s_unit + np.array([2.0, 1.0, 0.0])  # + a part orthogonal to y
+        theirs = bool(y @ s > 1e-6 * yy)
+        assert bool(rank2_gate(3, jnp.asarray(s), jnp.asarray(y))) == theirs, c
+        assert not bool(rank2_gate(0, jnp.asarray(s), jnp.asarray(y)))
