@@ -68,16 +68,20 @@ def test_loss_gradient_is_autodiff_with_the_plan_fixed():
     graphdef, params = nnx.split(model, nnx.Param)
     kw = dict(tol=1e-6, max_iter=5000)  # float32: 1e-7 is below its resolution (refused)
 
+    @jax.jit  # eager, every op of the solver's loops would dispatch on its own (seconds)
     def loss(p):
         return batch_loss(nnx.merge(graphdef, p), x_s, y_s, x_t, knobs, 0.6, jnp.ones(3), **kw)
 
     _, aux = loss(params)
-    m0 = nnx.merge(graphdef, params)
-    z_s, z_t = m0.features(x_s), m0.features(x_t)
-    pi = plan_weights(
-        ground_cost(z_s, z_t, jax.nn.log_softmax(m0.classify(z_t)), y_s, cfg.eta1, cfg.eta2),
-        0.6, 0.5, 0.5, **kw,
-    )[0].matrix  # fmt: skip
+
+    @jax.jit
+    def plan(p):
+        m0 = nnx.merge(graphdef, p)
+        z_s, z_t = m0.features(x_s), m0.features(x_t)
+        cost = ground_cost(z_s, z_t, jax.nn.log_softmax(m0.classify(z_t)), y_s, cfg.eta1, cfg.eta2)
+        return plan_weights(cost, 0.6, 0.5, 0.5, **kw)[0].matrix
+
+    pi = plan(params)
     w = pi.sum(1) / pi.sum()
 
     def fixed(p):  # the same loss written out with π and w as constants
@@ -90,8 +94,8 @@ def test_loss_gradient_is_autodiff_with_the_plan_fixed():
         return jnp.sum(w * ce) + cfg.eta3 * jnp.sum(pi * cost) + cfg.entropy * ent
 
     np.testing.assert_allclose(aux["w"], w, atol=1e-6)
-    g_ours = jax.grad(lambda p: loss(p)[0])(params)
-    g_ref = jax.grad(fixed)(params)
+    g_ours = jax.jit(jax.grad(lambda p: loss(p)[0]))(params)
+    g_ref = jax.jit(jax.grad(fixed))(params)
     for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
