@@ -106,7 +106,9 @@ def test_gradients_agree_across_forms(x64):
     def loss(form, *a):
         return jnp.sum(mlstm(*a, form=form, chunk_size=4) * w)
 
-    grads = {f: jax.grad(lambda *a, f=f: loss(f, *a), argnums=range(5))(*args) for f in FORMS}
+    grads = {
+        f: jax.jit(jax.grad(lambda *a, f=f: loss(f, *a), argnums=range(5)))(*args) for f in FORMS
+    }
     for form in ("parallel", "chunkwise"):
         for name, g, g_ref in zip("qkvif", grads[form], grads["recurrent"], strict=True):
             assert np.all(np.isfinite(g)), (form, name)
