@@ -144,7 +144,7 @@ def _default() -> Config:
             galore_every=200,
         ),
         seeds=(0, 1),
-        lr_grid=(1e-3, 3e-3, 1e-2, 3e-2),
+        lr_grid=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
         grid_steps=600,
         time_rounds=3,
     )

@@ -27,8 +27,8 @@ which is what the seeds resolve.
 Beside the tuned recipe, each of ``recipes`` (:data:`RECIPES`) runs ``recipe_methods`` again on
 the same data, seeds, features and batches with only the listed fields of ``train`` changed (arm
 ``<setting>_<method>_<recipe>``): ``authors_eps_eta`` is the authors' Office-Home ε = 7,
-η = (0.5, 7, 0.25) (their ``run.sh``), where the label cost leads, against the tuned ε = 0.1,
-η = (1, 0.1, 0.1). The headline's ``warmpot_minus["warmpot_<recipe>"]`` is tuned − that recipe's
+η = (0.5, 7, 0.25) (their ``run.sh``), where the label cost leads, against the tuned ε = 0.3,
+η = (1, 0.3, 0.1). The headline's ``warmpot_minus["warmpot_<recipe>"]`` is tuned − that recipe's
 WARMPOT per seed, and ``warmpot_<recipe>_minus`` compares the methods within the recipe.
 An optional grid over (α, β) for WARMPOT on ``grid_task`` (``grid_seeds``, off by default).
 ``summary.json``'s ``headline`` holds them; ``accuracy.png`` plots the accuracies. A re-run on the
