@@ -128,7 +128,7 @@ def test_the_chunked_loss_equals_the_plain_loss(name):
     for chunk in (0, 6):
         task = LMTask(build=lambda r: model, seq_len=T, z_loss=1e-3, loss_chunk=chunk)
         task.build_model(nnx.Rngs(0))  # the check of the model's methods
-        grad = nnx.value_and_grad(lambda m, t=task: t.loss(m, batch), has_aux=True)
+        grad = nnx.jit(nnx.value_and_grad(lambda m, t=task: t.loss(m, batch), has_aux=True))
         (loss, metrics), grads = grad(model)
         results.append((loss, metrics["z_loss"], nnx.to_pure_dict(grads)))
     (loss0, z0, g0), (loss1, z1, g1) = results

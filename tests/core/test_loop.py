@@ -156,7 +156,8 @@ def test_nan_gradient_task_has_a_finite_loss_and_nan_gradient():
     task = ToyTask(nan_grad_at_row=3)
     model = task.build_model(nnx.Rngs(params=jax.random.key(0)))
     batch = {k: jnp.asarray(v) for k, v in next(task.train_iterator(8, 0)).items()}
-    (value, _), grads = nnx.value_and_grad(lambda m: task.loss(m, batch), has_aux=True)(model)
+    loss = nnx.value_and_grad(lambda m: task.loss(m, batch), has_aux=True)
+    (value, _), grads = nnx.jit(loss)(model)
     assert jnp.isfinite(value)
     assert not all(jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads))
 

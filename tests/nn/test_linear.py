@@ -175,7 +175,7 @@ def test_init_matches_the_dense_variance(spec):
 def test_gradients_reach_every_factor(name):
     layer = build(name)
     x = jax.random.normal(jax.random.key(2), (4, layer.d_in))
-    grads = nnx.grad(lambda m: jnp.sum(m(x, activation="gelu") ** 2))(layer)
+    grads = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x, activation="gelu") ** 2)))(layer)
     leaves = jax.tree.leaves(nnx.state(grads, nnx.Param))
     assert leaves and all(
         bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).max()) > 0 for g in leaves
@@ -240,7 +240,8 @@ def test_dense_pallas_matmul_equals_xla(activation):
     x = jax.random.normal(jax.random.key(4), (2, 3, 16))
 
     def value_and_grads(layer):
-        return nnx.value_and_grad(lambda m: jnp.sum(m(x, activation=activation) ** 2))(layer)
+        loss = lambda m: jnp.sum(m(x, activation=activation) ** 2)  # noqa: E731
+        return nnx.jit(nnx.value_and_grad(loss))(layer)
 
     with jax.default_matmul_precision("highest"):
         (want, g_want), (got, g_got) = value_and_grads(xla), value_and_grads(pallas)

@@ -32,7 +32,7 @@ def test_eight_devices_equal_one(mesh, with_ref):
     def sharded(i, t, ri, rt):
         return sharded_drrho_loss(i, t, ri, rt, mesh=mesh, tau=0.1, eps=1e-3)
 
-    v1, g1 = jax.value_and_grad(single, (0, 1))(img, txt)
+    v1, g1 = jax.jit(jax.value_and_grad(single, (0, 1)))(img, txt)
     f8 = jax.jit(jax.value_and_grad(sharded, (0, 1)))
     v8, g8 = f8(img, txt, rimg, rtxt)
     np.testing.assert_allclose(v8, v1, rtol=1e-6)
@@ -47,7 +47,7 @@ def test_eight_devices_equal_one(mesh, with_ref):
 
 def test_clip_eight_devices_equal_one(mesh):
     img, txt, _, _ = global_inputs()
-    v1, g1 = jax.value_and_grad(lambda i: L.clip_loss(i, txt, tau=0.1))(img)
+    v1, g1 = jax.jit(jax.value_and_grad(lambda i: L.clip_loss(i, txt, tau=0.1)))(img)
     v8, g8 = jax.jit(jax.value_and_grad(lambda i: sharded_clip_loss(i, txt, mesh=mesh, tau=0.1)))(
         img
     )
@@ -76,7 +76,7 @@ def test_two_processes_equal_one(repo_root, tmp_path):
     got = np.load(out)
     img, txt, rimg, rtxt = global_inputs()
     f = lambda i, t: L.drrho_loss(i, t, rimg, rtxt, tau=0.1, eps=1e-3)  # noqa: E731
-    value, (g_img, g_txt) = jax.value_and_grad(f, (0, 1))(img, txt)
+    value, (g_img, g_txt) = jax.jit(jax.value_and_grad(f, (0, 1)))(img, txt)
     np.testing.assert_allclose(got["value"], value, rtol=1e-6)
     np.testing.assert_allclose(got["g_img"], g_img, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got["g_txt"], g_txt, rtol=1e-5, atol=1e-7)

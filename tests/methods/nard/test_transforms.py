@@ -88,5 +88,5 @@ def test_a_derivative_through_fit_says_what_to_differentiate_instead(problems, x
         jax.jvp(lambda x: fit(x, Y, **OPTS).coef, (X,), (jnp.ones_like(X),))
     assert len(str(err.value).splitlines()) == 1  # (JAX may add a note of its own)
     res = fit(X, Y, lam=0.1, fit_intercept=False, **OPTS)
-    grad = jax.grad(log_marginal_likelihood)(X, Y, res.alpha, res.precision)
+    grad = jax.jit(jax.grad(log_marginal_likelihood))(X, Y, res.alpha, res.precision)
     assert grad.shape == X.shape and np.all(np.isfinite(grad))

@@ -94,8 +94,8 @@ def _layer_and_loss():
 def test_gradients_are_the_projections_of_the_dense_gradient():
     layer, loss = _layer_and_loss()
     u, s, v = (np.asarray(a, np.float64) for a in layer.factors())
-    g = np.asarray(jax.grad(loss)(layer.dense_matrix()), np.float64)  # G = dL/dM
-    grads = nnx.grad(lambda lay: loss(lay.dense_matrix()))(layer)
+    g = np.asarray(jax.jit(jax.grad(loss))(layer.dense_matrix()), np.float64)  # G = dL/dM
+    grads = nnx.jit(nnx.grad(lambda lay: loss(lay.dense_matrix())))(layer)
     # dL/ds_i = u_iᵀ G v_i for every pair (all singular values train every step).
     np.testing.assert_allclose(grads.s[...], np.einsum("ik,ij,jk->k", u, g, v), rtol=1e-4)
     params = nnx.as_pure(nnx.state(layer, nnx.Param))

@@ -43,7 +43,7 @@ def test_predictions_see_only_earlier_points_and_flops_match_the_program(scoring
     batch = regression_batch(1, 0, 2, cfg.dim, cfg.n_points)
     xs, ys = jnp.asarray(batch["xs"]), jnp.asarray(batch["ys"])
     # The prediction of y_5 depends on x_1..x_5 and y_1..y_4, not on y_5 or anything later.
-    g_x, g_y = jax.grad(lambda x, y: model(x, y)[:, 4].sum(), argnums=(0, 1))(xs, ys)
+    g_x, g_y = jax.jit(jax.grad(lambda x, y: model(x, y)[:, 4].sum(), argnums=(0, 1)))(xs, ys)
     assert float(jnp.abs(g_y[:, :4]).min()) > 0 and float(jnp.abs(g_x[:, 4]).min()) > 0
     np.testing.assert_array_equal(g_y[:, 4:], 0.0)
     np.testing.assert_array_equal(g_x[:, 5:], 0.0)
@@ -58,7 +58,7 @@ def test_task_masks_the_curriculum_points_and_reports_the_last_error():
     model = task.build_model(nnx.Rngs(0))
     ev = task.eval_batches(3, 1)[0]
     assert ev["mask"].all()
-    loss, metrics = task.loss(model, {k: jnp.asarray(v) for k, v in ev.items()})
+    loss, metrics = nnx.jit(task.loss)(model, {k: jnp.asarray(v) for k, v in ev.items()})
     assert set(metrics) == {"loss", "last_error"} and bool(jnp.isfinite(loss))
 
 

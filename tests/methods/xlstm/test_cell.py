@@ -247,7 +247,7 @@ def grad_problem():
     w = (rng.normal(size=(B, GRAD_T, NH, DV)), rng.normal(size=(B, NH, DK, DV)),
          rng.normal(size=(B, NH, DK)), rng.normal(size=(B, NH)))  # fmt: skip
     with jax.enable_x64(True):
-        ref = jax.grad(_weighted("parallel", w), argnums=range(8))(
+        ref = jax.jit(jax.grad(_weighted("parallel", w), argnums=range(8)))(
             *(np.asarray(x, np.float64) for x in (*args, *state))
         )
         ref = [np.asarray(g) for g in ref]
