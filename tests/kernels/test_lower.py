@@ -18,17 +18,30 @@ from jax.experimental.pallas import mosaic_gpu as plmgpu
 from pallas_kernels import lower
 
 
+def _lowered_here(case) -> bool:
+    """The table without the matmul's three larger MLP widths (a quarter of its cases): they lower
+    the same kernels on a larger grid, and ``python -m pallas_kernels.lower`` still lowers all of
+    them."""
+    first = f"x(2,100,{lower.MLP_WIDTHS[0][0]})"
+    wide = f"x(2,100,{lower.MLP_WIDTHS[0][1]})"
+    return not case.label.startswith("matmul") or first in case.label or wide in case.label
+
+
+SUITE_CASES = [case for case in lower.cases() if _lowered_here(case)]
+
+
 @pytest.fixture(scope="module")
 def table_output():
     out = io.StringIO()
-    failures = lower.run_cases(lower.cases(), out=out)
+    failures = lower.run_cases(SUITE_CASES, out=out)
     return failures, out.getvalue().splitlines()
 
 
 def test_every_kernel_lowers_for_gpu_and_tpu(table_output):
     failures, lines = table_output
     assert failures == 0, "\n".join(line for line in lines if "FAIL" in line)
-    assert len(lines) == len(lower.cases()) + 1  # one line per case and the summary
+    assert len(lines) == len(SUITE_CASES) + 1  # one line per case and the summary
+    assert 0 < len(SUITE_CASES) < len(lower.cases())
     for kernel in lower.KERNELS:
         for platform in lower.PLATFORMS:
             for direction in ("fwd",) if kernel in lower.FORWARD_ONLY else ("fwd", "bwd"):
