@@ -29,7 +29,11 @@ import numpy as np
 from jaxlab.core.timing import time_interleaved
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
-from jaxlab.methods.qn_ot.gathered_hessian import default_capacity, gathered_above
+from jaxlab.methods.qn_ot.gathered_hessian import (
+    capacity_levels,
+    default_capacity,
+    gathered_above,
+)
 from jaxlab.methods.qn_ot.runners import import_regot
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
 from jaxlab.ot.dual import dual_value_grad, join
@@ -99,6 +103,10 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     f, g, T = evaluate(x)
     t, threshold_trips = threshold(T, density)
     H = assemble(T, g, t)
+    # CG runs on the smallest storage level that holds Ω, as in the solve (gathered_levels).
+    used = int(np.count_nonzero(np.asarray(H.vals)))
+    level = min((c for c in capacity_levels(capacity) if c >= used), default=capacity)
+    H = H.prefix(level)
     d, cg_steps = cg(H, g)
     dispatch = jax.jit(lambda x: x + 1.0)
     # The bare cost of a while_loop trip on XLA CPU: a scalar body, run for as many trips as the
@@ -124,6 +132,7 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
         "cg_steps": int(cg_steps),
         "ls_evals_here": int(line_search(x, d, f, g, T)[1]),
         "empty_loop_trips": trips,
+        "cg_capacity": level,
     }
     return calls, counts
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from jaxlab.methods.qn_ot.gathered_hessian import GatheredHessian, sparsify_gathered
-from jaxlab.methods.qn_ot.sparse_hessian import SparseHessian, sparsify
+from jaxlab.methods.qn_ot.gathered_hessian import gathered_levels
+from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, sparsify, top_threshold
 from jaxlab.ot.linsolve import LinearSolver
 
-__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction", "rank2_gate"]
+__all__ = ["default_linear_solver", "inverse_bfgs_direction", "rank2_gate", "with_hessian"]
 
 # Above this many unknowns the O(k³) factorisation costs more than CG on the Schur complement.
 CHOLESKY_MAX_SIZE = 128
@@ -39,16 +39,19 @@ def default_linear_solver(size: int, density_max: float = 1.0) -> LinearSolver:
     return LinearSolver.SPARSE_CG if density_max <= SPARSE_MAX_DENSITY else LinearSolver.CG
 
 
-def build_hessian(
-    T, epsilon, density, solver: LinearSolver, capacity: int, sums=None
-) -> SparseHessian | GatheredHessian:
-    """``H_Ω`` of top-``density`` entries in the storage ``solver`` works on (Section 3.1).
+def with_hessian(T, epsilon, density, solver: LinearSolver, levels: tuple[int, ...], fn, sums=None):
+    """``fn(H_Ω)`` for ``H_Ω`` of the top-``density`` entries, in the storage ``solver`` works on
+    (Section 3.1).
 
-    ``sums``: optional ``(T 1, T̃ᵀ 1)``, reused by the gathered form.
+    For ``SPARSE_CG`` the triplets are stored at the smallest of the capacity ``levels`` that
+    holds ``Ω`` (:func:`~jaxlab.methods.qn_ot.gathered_hessian.gathered_levels`), so ``fn``'s
+    products cost what ``Ω`` holds; ``sums``: optional ``(T 1, T̃ᵀ 1)``, reused there.
     """
     if solver is LinearSolver.SPARSE_CG:
-        return sparsify_gathered(T, epsilon, density, capacity, sums=sums)
-    return sparsify(T, epsilon, density)
+        flat = T[:, :-1].reshape(-1)
+        threshold = top_threshold(quantile_sample(flat), density)
+        return gathered_levels(T, epsilon, threshold, levels, fn, sums=sums)
+    return fn(sparsify(T, epsilon, density))
 
 
 def rank2_gate(k, s: Float[Array, " k"], y: Float[Array, " k"]):

@@ -3,56 +3,72 @@
 Wang & Qiu (ICML 2025), Section 3.1 keeps about ``ρ n (m-1)`` entries of the off-diagonal block
 ``T̃ / η`` (``ρ ≤ ρ_max = 0.01`` by default), so a conjugate-gradient step on the Schur complement
 (Section 3.3) should cost ``O(|Ω|)``, not ``O(nm)`` as with the masked dense block of
-:class:`jaxlab.methods.qn_ot.sparse_hessian.SparseHessian`. Here ``Ω`` is stored as ``capacity``
-(static) triplets ``(row, col, value)`` in row-major order; unused slots at the end carry value 0
-(at indices cycling through all rows and columns), so they add nothing to a product. The products
-are a gather and a ``segment_sum``.
+:class:`jaxlab.methods.qn_ot.sparse_hessian.SparseHessian`. Here row 0 and column 0 of ``S``
+(always in ``Ω``) are held as dense vectors, and the rest of ``Ω`` as ``capacity`` (static)
+triplets ``(row, col, value)`` in row-major order; unused slots at the end carry value 0 (at
+indices cycling through all rows and columns), so they add nothing to a product. The products are
+a gather and a ``segment_sum`` over the triplets plus two dense dot products.
 
 Construction (once per SPLR iteration): the threshold of :func:`sparse_hessian.sparsify` (the
-``⌊ρ n(m-1)⌋``-th largest entry of ``T̃``), the mask ``T̃ ≥ threshold`` plus row and column 0,
-and its compaction by :func:`compact` (gathers and bit counts only: on CPU the scatter inside
-``jnp.nonzero``, and even a plain ``cumsum``, cost several times more). ``capacity`` defaults to
-twice the largest kept count plus row and column 0; should the mask still hold more entries (ties,
-or the sampled quantile of large problems), the last ones in row-major order are dropped. Any
-``Ω`` keeps ``H_Ω + τI`` positive definite (Section 3.1), so a truncated ``Ω`` is still a valid
-SPLR matrix. :class:`SparseHessian` is the oracle: ``tests/methods/qn_ot`` checks that the
-products agree.
+``⌊ρ n(m-1)⌋``-th largest entry of ``T̃``), the mask ``T̃ ≥ threshold`` outside row and column 0
+packed into 32-bit words in one pass over ``T`` (:func:`pack_above`), and its compaction by
+:func:`compact_words` (gathers and bit counts only: on CPU the scatter inside ``jnp.nonzero``,
+and even a plain ``cumsum``, cost several times more). ``capacity`` defaults to twice the largest
+kept count; should the mask still hold more entries (ties, or the sampled quantile of large
+problems), the last ones in row-major order are dropped. Any ``Ω`` keeps ``H_Ω + τI`` positive
+definite (Section 3.1), so a truncated ``Ω`` is still a valid SPLR matrix. A CG step costs what
+its triplets hold, so :func:`gathered_levels` runs the solve on the shortest prefix of the
+triplets (one of :func:`capacity_levels`) that holds ``Ω``: the density ``ρ`` moves between
+``ρ_max / 100`` and ``ρ_max`` during a solve. :class:`SparseHessian` is the oracle:
+``tests/methods/qn_ot`` checks that the products agree, and a numpy ``H_Ω`` written from
+Section 3.1.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP, quantile_sample, top_threshold
 
 __all__ = [
     "GatheredHessian",
+    "PackedMask",
+    "capacity_levels",
     "compact",
+    "compact_words",
     "default_capacity",
     "gathered_above",
+    "gathered_levels",
+    "pack_above",
     "sparsify_gathered",
 ]
 
 
 class GatheredHessian(NamedTuple):
-    """``H_Ω = [[diag(h1), S], [Sᵀ, diag(h2)]]`` with ``S`` held as ``capacity`` triplets.
+    """``H_Ω = [[diag(h1), S], [Sᵀ, diag(h2)]]`` with ``S`` held as row 0 and column 0 (dense)
+    plus ``capacity`` triplets for the rest of ``Ω``.
 
     Attributes:
       h1: ``T 1 / η`` (n), the exact first diagonal block.
       h2: ``T̃ᵀ 1 / η`` (m-1), the exact second diagonal block.
-      rows, cols: indices of the stored entries of ``S`` (row-major, then the padding, whose
-        indices cycle through all rows and columns).
-      vals: ``T̃_ij / η`` at the stored entries, 0 in the padding.
+      row0: ``S[0, :] = T̃[0, :] / η`` (m-1), always in ``Ω``.
+      col0: ``S[:, 0] = T̃[:, 0] / η`` (n) with its entry 0 set to 0 (it is in ``row0``).
+      rows, cols: indices of the other stored entries of ``S`` (row-major, then the padding,
+        whose indices cycle through all rows and columns).
+      vals: ``T̃_ij / η`` at those entries, 0 in the padding.
       kept: how many entries the top-``ρ`` selection kept (before adding row and column 0).
     """
 
     h1: Float[Array, " n"]
     h2: Float[Array, " m1"]
+    row0: Float[Array, " m1"]
+    col0: Float[Array, " n"]
     rows: Int[Array, " cap"]
     cols: Int[Array, " cap"]
     vals: Float[Array, " cap"]
@@ -64,15 +80,18 @@ class GatheredHessian(NamedTuple):
 
     def apply_S(self, v2: Float[Array, " m1"]) -> Float[Array, " n"]:
         """``S v2``."""
-        return jax.ops.segment_sum(self.vals * v2[self.cols], self.rows, self.h1.shape[0])
+        out = jax.ops.segment_sum(self.vals * v2[self.cols], self.rows, self.h1.shape[0])
+        return (out + self.col0 * v2[0]).at[0].add(self.row0 @ v2)
 
     def apply_St(self, v1: Float[Array, " n"]) -> Float[Array, " m1"]:
         """``Sᵀ v1``."""
-        return jax.ops.segment_sum(self.vals * v1[self.rows], self.cols, self.h2.shape[0])
+        out = jax.ops.segment_sum(self.vals * v1[self.rows], self.cols, self.h2.shape[0])
+        return (out + self.row0 * v1[0]).at[0].add(self.col0 @ v1)
 
     def col_sq_sum(self, w: Float[Array, " n"]) -> Float[Array, " m1"]:
         """``Σ_i S_ij² w_i`` (the diagonal of ``Sᵀ diag(w) S``, for the Jacobi preconditioner)."""
-        return jax.ops.segment_sum(self.vals**2 * w[self.rows], self.cols, self.h2.shape[0])
+        out = jax.ops.segment_sum(self.vals**2 * w[self.rows], self.cols, self.h2.shape[0])
+        return (out + self.row0**2 * w[0]).at[0].add(self.col0**2 @ w)
 
     def matvec(self, v: Float[Array, " k"], shift=0.0) -> Float[Array, " k"]:
         """``(H_Ω + shift I) v``."""
@@ -82,27 +101,35 @@ class GatheredHessian(NamedTuple):
         bottom = self.apply_St(v1) + (self.h2 + shift) * v2
         return jnp.concatenate([top, bottom])
 
+    def prefix(self, capacity: int) -> GatheredHessian:
+        """The first ``capacity`` triplets (all of ``Ω`` when it holds at most that many)."""
+        return self._replace(
+            rows=self.rows[:capacity], cols=self.cols[:capacity], vals=self.vals[:capacity]
+        )
+
     def dense_block(self) -> Float[Array, "n m1"]:
         """``S`` as a dense matrix (tests only)."""
         S = jnp.zeros((self.h1.shape[0], self.h2.shape[0]), self.vals.dtype)
+        S = S.at[0, :].add(self.row0).at[:, 0].add(self.col0)
         return S.at[self.rows, self.cols].add(self.vals)
 
 
-def compact(
-    mask: Bool[Array, " p"], capacity: int
-) -> tuple[Int[Array, " cap"], Bool[Array, " cap"]]:
-    """Positions of the first ``capacity`` True entries of ``mask``, and which slots are used.
+def _word_bits(bits: Bool[Array, "... 32"]) -> UInt32[Array, " ..."]:
+    """Packs the last axis (32 booleans) into one 32-bit word, bit ``j`` = entry ``j``."""
+    shifts = jnp.arange(32, dtype=jnp.uint32)
+    return jnp.sum(bits.astype(jnp.uint32) << shifts, axis=-1, dtype=jnp.uint32)  # sum = or
 
-    ``jnp.nonzero(mask, size=capacity)`` by gathers only: the mask is packed into 32-bit words,
-    the running count of set bits per word (a cumulative sum 32× shorter than the mask, since
+
+def compact_words(
+    words: UInt32[Array, " w"], capacity: int
+) -> tuple[Int[Array, " cap"], Bool[Array, " cap"]]:
+    """Bit positions (``32 · word + bit``) of the first ``capacity`` set bits of ``words``, and
+    which slots are used: :func:`compact` on a mask already packed into words.
+
+    The running count of set bits per word (a cumulative sum 32× shorter than the mask, since
     XLA's CPU ``cumsum`` over the whole mask is slow) finds the word of each slot by binary search,
     and a 5-step binary search on ``popcount`` finds the bit inside the word.
     """
-    p = mask.shape[0]
-    pad = -p % 32
-    bits = jnp.pad(mask, (0, pad)).reshape(-1, 32).astype(jnp.uint32)
-    shifts = jnp.arange(32, dtype=jnp.uint32)
-    words = jnp.sum(bits << shifts, axis=1, dtype=jnp.uint32)  # distinct bits: sum = or
     counts = lax.population_count(words).astype(jnp.int32)
     total = jnp.cumsum(counts)
     rank = jnp.arange(capacity, dtype=jnp.int32)  # slot s holds the (s+1)-th set bit
@@ -120,10 +147,72 @@ def compact(
     return idx, rank < total[-1]
 
 
-def default_capacity(n: int, m: int, density_max: float) -> int:
-    """Twice the largest top-``ρ`` count plus row and column 0, at most ``n (m-1)``."""
+def compact(
+    mask: Bool[Array, " p"], capacity: int
+) -> tuple[Int[Array, " cap"], Bool[Array, " cap"]]:
+    """Positions of the first ``capacity`` True entries of ``mask``, and which slots are used.
+
+    ``jnp.nonzero(mask, size=capacity)`` by gathers only: the mask is packed into 32-bit words
+    and :func:`compact_words` finds the set bits.
+    """
+    pad = -mask.shape[0] % 32
+    return compact_words(_word_bits(jnp.pad(mask, (0, pad)).reshape(-1, 32)), capacity)
+
+
+class PackedMask(NamedTuple):
+    """``Ω`` of ``T̃`` less row and column 0, as bits: row ``i`` of ``T̃`` (``m - 1`` entries)
+    is ``words[i]``, its column ``j`` bit ``j % 32`` of word ``j // 32`` (the row padded to
+    ``32 · words.shape[1]`` columns, the padding's bits clear).
+
+    Attributes:
+      words: ``(n, ⌈(m-1)/32⌉)`` 32-bit words; row 0 and column 0 clear (held densely).
+      kept: entries of ``T̃`` at or above the threshold, row and column 0 included.
+      total: set bits of ``words`` (the triplets needed).
+    """
+
+    words: UInt32[Array, "n w"]
+    kept: Int[Array, ""]
+    total: Int[Array, ""]
+
+
+def pack_above(T: Float[Array, "n m"], threshold) -> PackedMask:
+    """The mask ``T̃ ≥ threshold`` outside row and column 0, packed row by row.
+
+    One pass over ``T`` (compare and pack fused; no ``n (m-1)`` boolean array, no copy of ``T̃``).
+    """
+    n, m = T.shape
     m1 = m - 1
-    return min(n * m1, 2 * int(density_max * n * m1) + n + m1)
+    w = -(-m1 // 32)
+    width = 32 * w
+    # T̃ padded to whole words; padding and the last column (not in T̃) are masked off below.
+    Tp = jnp.pad(T[:, : min(m, width)], ((0, 0), (0, width - min(m, width))))
+    in_t = (jnp.arange(width) < m1).reshape(w, 32)
+    top = _word_bits((Tp.reshape(n, w, 32) >= threshold) & in_t)
+    kept = jnp.sum(lax.population_count(top), dtype=jnp.int32)
+    # Row 0 and column 0 (always in Ω, Section 3.1) are held densely, outside the triplets.
+    words = top.at[0].set(0)
+    words = words.at[:, 0].set(words[:, 0] & ~jnp.uint32(1))
+    total = jnp.sum(lax.population_count(words), dtype=jnp.int32)
+    return PackedMask(words, kept, total)
+
+
+def capacity_levels(capacity: int, smallest: int = 512) -> tuple[int, ...]:
+    """Storage sizes for the triplets: ``capacity``, then halves of it while they hold at least
+    ``smallest`` triplets (below that a CG product's scatter costs less than its fixed work).
+
+    :func:`gathered_levels` stores ``Ω`` at the smallest level that holds it, so the triplets
+    (and every CG product) cost at most about twice the entries kept rather than ``capacity``.
+    """
+    levels = [capacity]
+    while levels[-1] // 2 >= smallest:
+        levels.append(-(-levels[-1] // 2))
+    return tuple(levels)
+
+
+def default_capacity(n: int, m: int, density_max: float) -> int:
+    """Twice the largest top-``ρ`` count, at most the ``(n-1)(m-2)`` entries outside row and
+    column 0 of ``T̃`` (and at least 1)."""
+    return max(1, min((n - 1) * (m - 2), 2 * int(density_max * n * (m - 1))))
 
 
 def sparsify_gathered(
@@ -151,6 +240,38 @@ def sparsify_gathered(
     return gathered_above(T, epsilon, threshold, capacity, sums=sums)
 
 
+def _gathered_from_words(
+    T: Float[Array, "n m"],
+    epsilon,
+    packed: PackedMask,
+    capacity: int,
+    sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None,
+) -> GatheredHessian:
+    n, m = T.shape
+    m1 = m - 1
+    width = 32 * packed.words.shape[1]
+    pos, used = compact_words(packed.words.reshape(-1), capacity)
+    row, col = pos // width, pos % width
+    vals = jnp.where(used, T[jnp.where(used, row, 0), jnp.where(used, col, 0)], 0.0) / epsilon
+    # The padding's zeros go to rows and columns spread over all of them: they add nothing
+    # anywhere, whereas thousands of updates of one row or column serialise XLA's CPU scatter
+    # (each product of a CG step was 2x slower with the padding in one row and column).
+    slot = jnp.arange(capacity)
+    rows = jnp.where(used, row, slot % n)
+    cols = jnp.where(used, col, slot % m1)
+    row_sums, col_sums = (T.sum(axis=1), T[:, :m1].sum(axis=0)) if sums is None else sums
+    return GatheredHessian(
+        h1=row_sums / epsilon,
+        h2=col_sums / epsilon,
+        row0=T[0, :m1] / epsilon,
+        col0=T[:, 0].at[0].set(0.0) / epsilon,
+        rows=rows,
+        cols=cols,
+        vals=vals,
+        kept=packed.kept,
+    )
+
+
 def gathered_above(
     T: Float[Array, "n m"],
     epsilon,
@@ -160,28 +281,34 @@ def gathered_above(
     sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
 ) -> GatheredHessian:
     """``H_Ω`` as triplets keeping the entries of ``T̃`` that are ``≥ threshold`` (and row/column
-    0): the assembly half of :func:`sparsify_gathered` (mask, :func:`compact`, gather)."""
-    T_t = T[:, :-1]
-    n, m1 = T_t.shape
-    flat = T_t.reshape(-1)
-    top = T_t >= threshold
-    kept = jnp.sum(top, dtype=jnp.int32)
-    # Row 0 and column 0 are always kept (Section 3.1; the authors' `preserve` option).
-    mask = top.at[0, :].set(True).at[:, 0].set(True).reshape(-1)
-    idx, used = compact(mask, capacity)
-    vals = jnp.where(used, flat[jnp.where(used, idx, 0)], 0.0) / epsilon
-    # The padding's zeros go to rows and columns spread over all of them: they add nothing
-    # anywhere, whereas thousands of updates of one row or column serialise XLA's CPU scatter
-    # (each product of a CG step was 2x slower with the padding in one row and column).
-    slot = jnp.arange(capacity)
-    rows = jnp.where(used, idx // m1, slot % n)
-    cols = jnp.where(used, idx % m1, slot % m1)
-    row_sums, col_sums = (T.sum(axis=1), T_t.sum(axis=0)) if sums is None else sums
-    return GatheredHessian(
-        h1=row_sums / epsilon,
-        h2=col_sums / epsilon,
-        rows=rows,
-        cols=cols,
-        vals=vals,
-        kept=kept,
-    )
+    0): the assembly half of :func:`sparsify_gathered` (:func:`pack_above`,
+    :func:`compact_words`, gather)."""
+    return _gathered_from_words(T, epsilon, pack_above(T, threshold), capacity, sums)
+
+
+def gathered_levels(
+    T: Float[Array, "n m"],
+    epsilon,
+    threshold,
+    levels: tuple[int, ...],
+    fn: Callable[[GatheredHessian], Any],
+    *,
+    sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
+) -> Any:
+    """``fn(H_Ω)`` with ``H_Ω`` (as :func:`gathered_above`) stored at the smallest of ``levels``
+    (static, descending, see :func:`capacity_levels`) that holds all of ``Ω``, or at
+    ``levels[0]`` (truncated) when none does.
+
+    The triplets are compacted once at ``levels[0]``; the used slots come first, so a level that
+    holds ``Ω`` is a prefix of them. ``lax.switch`` runs ``fn`` (a CG solve: two scatters per
+    step) on that prefix, one branch per level, so its work follows the entries kept instead of
+    the largest capacity. Each level costs one more compiled copy of ``fn``.
+    """
+    packed = pack_above(T, threshold)
+    H = _gathered_from_words(T, epsilon, packed, levels[0], sums)
+    if len(levels) == 1:
+        return fn(H)
+    fits = jnp.asarray(levels, jnp.int32) >= packed.total
+    index = jnp.maximum(jnp.sum(fits, dtype=jnp.int32) - 1, 0)
+    branches = [(lambda H, cap=cap: fn(H.prefix(cap))) for cap in levels]
+    return lax.switch(index, branches, H)

@@ -30,12 +30,12 @@ import jax.numpy as jnp
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
 from jaxlab.methods.qn_ot.direction import (
-    build_hessian,
     default_linear_solver,
     inverse_bfgs_direction,
     rank2_gate,
+    with_hessian,
 )
-from jaxlab.methods.qn_ot.gathered_hessian import default_capacity
+from jaxlab.methods.qn_ot.gathered_hessian import capacity_levels, default_capacity
 from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
 from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.line_search import more_thuente
@@ -107,7 +107,7 @@ def splr(
     solver = default_linear_solver(size, density_max) if linear_solver is None else linear_solver
     solver = LinearSolver(solver)
     density_min = density_max / 100.0 if density_min is None else density_min
-    capacity = default_capacity(n, m, density_max)
+    levels = capacity_levels(default_capacity(n, m, density_max))
 
     def fun(x):
         f, g, T = dual_value_grad(x, cost, a, b, epsilon)
@@ -134,13 +134,15 @@ def splr(
     def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
         # The diagonals T1 and T̃ᵀ1 are the gradient plus the marginals (Eq. 4).
         sums = (st.g[:n] + a, st.g[n:] + b[:-1])
-        H = build_hessian(st.T, epsilon, st.density, solver, capacity, sums)
         tau = jnp.minimum(st.gnorm, shift_max)
         s, y = st.x - st.x_prev, st.g - st.g_prev
         use_low_rank = low_rank & rank2_gate(k, s, y)
-        d = inverse_bfgs_direction(
-            lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol), st.g, s, y, use_low_rank
-        )
+
+        def direction(H):
+            solve = lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol)  # noqa: E731
+            return inverse_bfgs_direction(solve, st.g, s, y, use_low_rank)
+
+        d = with_hessian(st.T, epsilon, st.density, solver, levels, direction, sums)
         # A failed inner solve could give an ascent direction: fall back to steepest descent.
         d = jnp.where((st.g @ d < 0) & jnp.all(jnp.isfinite(d)), d, -st.g)
         ls = more_thuente(

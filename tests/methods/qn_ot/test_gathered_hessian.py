@@ -7,7 +7,15 @@ import pytest
 
 from jaxlab.methods.qn_ot import solve
 from jaxlab.methods.qn_ot.direction import default_linear_solver
-from jaxlab.methods.qn_ot.gathered_hessian import compact, default_capacity, sparsify_gathered
+from jaxlab.methods.qn_ot.gathered_hessian import (
+    capacity_levels,
+    compact,
+    default_capacity,
+    gathered_above,
+    gathered_levels,
+    pack_above,
+    sparsify_gathered,
+)
 from jaxlab.methods.qn_ot.sparse_hessian import sparsify
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 
@@ -41,8 +49,11 @@ def test_gathered_products_equal_the_masked_dense_ones(x64, density):
     gathered = _gathered(T, eps, density, n * (m - 1))
     assert int(gathered.kept) == int(dense.kept)
     np.testing.assert_allclose(gathered.dense_block(), dense.S, rtol=1e-14)
-    stored = int(np.count_nonzero(dense.S))
-    assert np.all(np.diff(np.asarray(gathered.rows)[:stored]) >= 0)  # row-major, then padding
+    # Row 0 and column 0 are held densely; the rest of Ω in row-major triplets, then padding.
+    stored = int(np.count_nonzero(np.asarray(dense.S)[1:, 1:]))
+    assert np.all(np.asarray(gathered.rows)[:stored] > 0)
+    assert np.all(np.asarray(gathered.cols)[:stored] > 0)
+    assert np.all(np.diff(np.asarray(gathered.rows)[:stored]) >= 0)
     assert not np.any(np.asarray(gathered.vals)[stored:])
     rng = np.random.default_rng(1)
     v = jnp.asarray(rng.normal(size=n + m - 1))
@@ -139,3 +150,72 @@ def test_splr_with_gathered_cg_reaches_the_masked_dense_plan(x64):
     ]
     assert all(bool(o.converged) for o in outs)
     np.testing.assert_allclose(outs[0].matrix, outs[1].matrix, atol=1e-9)
+
+
+def _numpy_mask(T, threshold):
+    """``T̃ ≥ threshold`` outside row and column 0 (those are held densely), in numpy."""
+    T_t = np.asarray(T)[:, :-1]
+    keep = T_t >= threshold
+    keep[0, :] = keep[:, 0] = False
+    return keep
+
+
+@pytest.mark.parametrize("shape", [(15, 12), (9, 33), (7, 65), (5, 34)])
+def test_packed_words_are_the_numpy_mask(x64, shape):
+    # Rows of T̃ of 11, 32, 64 and 33 entries: less than a word, exactly one or two words, and
+    # one bit into a second word (the last column of T, not in T̃, must never be packed).
+    rng = np.random.default_rng(shape[1])
+    T = jnp.asarray(rng.random(shape))
+    threshold = float(np.quantile(np.asarray(T)[:, :-1], 0.6))
+    packed = jax.jit(pack_above)(T, threshold)
+    n, m1 = shape[0], shape[1] - 1
+    words = np.asarray(packed.words)
+    bits = (words[:, :, None] >> np.arange(32, dtype=np.uint32)) & 1
+    unpacked = bits.reshape(n, -1).astype(bool)
+    keep = _numpy_mask(T, threshold)
+    np.testing.assert_array_equal(unpacked[:, :m1], keep)
+    assert not unpacked[:, m1:].any()
+    assert int(packed.total) == keep.sum()
+    assert int(packed.kept) == int((np.asarray(T)[:, :-1] >= threshold).sum())
+
+
+def test_capacity_levels_halve_down_to_the_smallest():
+    assert capacity_levels(12276) == (12276, 6138, 3069, 1535, 768)
+    assert capacity_levels(796) == (796,)
+    assert capacity_levels(1000, smallest=100) == (1000, 500, 250, 125)
+
+
+@pytest.mark.parametrize("density", [0.02, 0.1, 0.3])
+def test_levels_store_omega_at_the_smallest_level_that_holds_it(x64, density):
+    T, eps = _plan(4, n=40, m=33)
+    n, m = T.shape
+    threshold = float(np.quantile(np.asarray(T)[:, :-1], 1 - density))
+    need = int(_numpy_mask(T, threshold).sum())
+    levels = (600, 300, 150, 75, 38)
+    sizes = jax.jit(
+        lambda T: gathered_levels(T, eps, threshold, levels, lambda H: H.vals.shape[0] + 0 * H.kept)
+    )(T)
+    assert int(sizes) == min(c for c in levels if c >= need)
+    # The product at the chosen level is the full-capacity one and the numpy H_Ω's.
+    v = jnp.asarray(np.random.default_rng(0).normal(size=n + m - 1))
+    got = jax.jit(lambda T: gathered_levels(T, eps, threshold, levels, lambda H: H.matvec(v)))(T)
+    full = gathered_above(T, eps, threshold, n * (m - 1))
+    np.testing.assert_allclose(got, full.matvec(v), rtol=1e-13)
+    S = np.where(_numpy_mask(T, threshold), np.asarray(T)[:, :-1], 0.0)
+    S[0, :], S[:, 0] = np.asarray(T)[0, :-1], np.asarray(T)[:, 0]
+    T_np = np.asarray(T)
+    H = np.block([[np.diag(T_np.sum(1)), S], [S.T, np.diag(T_np[:, :-1].sum(0))]])
+    np.testing.assert_allclose(got, H @ np.asarray(v) / eps, rtol=1e-12)
+
+
+def test_levels_truncate_at_the_largest_when_none_holds_omega(x64):
+    T, eps = _plan(6, n=30, m=30)
+    threshold = float(np.quantile(np.asarray(T)[:, :-1], 0.5))  # about 400 entries
+    v = jnp.asarray(np.random.default_rng(1).normal(size=59))
+    got = jax.jit(lambda T: gathered_levels(T, eps, threshold, (50, 25), lambda H: H.matvec(v)))(T)
+    # the first 50 triplets in row-major order, as a capacity of 50 stores them
+    short = gathered_above(T, eps, threshold, 50)
+    assert short.vals.shape == (50,) and np.all(np.asarray(short.vals) > 0)
+    np.testing.assert_allclose(got, short.matvec(v), rtol=1e-13)
+    full = gathered_above(T, eps, threshold, 30 * 29)
+    assert not np.allclose(got, full.matvec(v))

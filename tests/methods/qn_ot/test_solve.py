@@ -322,8 +322,10 @@ def test_ssns_follows_the_authors_loop_step_by_step(x64, problem):
     # At η = 0.003 the ratio test meets every case: rejected steps (r < 0), r < ¼, r in (¼, ¾)
     # and r > ¾. Compared while ‖g‖ ≥ 1e-7: below, f(x) − f(x + t d) is at round-off and the two
     # accept or reject by chance (jaxlab then stalls a few iterations where the port moved on).
+    # For the same reason the run's own tolerance is 1e-9: on an AMD EPYC host it stalls at
+    # 1.2e-10, where the steps are all round-off (1e-10 passed on the hosts of earlier runs).
     cost, a, b = problem
-    out = solve(a, b, cost, epsilon=0.003, method="ssns", tol=1e-10)
+    out = solve(a, b, cost, epsilon=0.003, method="ssns", tol=1e-9)
     want = _authors_ssns_trace(cost, a, b, 0.003, 30)
     k = int(np.argmax(want < 1e-7))
     assert k >= 20 and bool(out.converged)
