@@ -24,7 +24,7 @@ from jaxlab.methods.qn_ot.gathered_hessian import gathered_levels
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, sparsify, top_threshold
 from jaxlab.ot.linsolve import LinearSolver
 
-__all__ = ["default_linear_solver", "inverse_bfgs_direction", "rank2_gate", "with_hessian"]
+__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction", "rank2_gate"]
 
 # Above this many unknowns the O(k³) factorisation costs more than CG on the Schur complement.
 CHOLESKY_MAX_SIZE = 128
@@ -39,19 +39,23 @@ def default_linear_solver(size: int, density_max: float = 1.0) -> LinearSolver:
     return LinearSolver.SPARSE_CG if density_max <= SPARSE_MAX_DENSITY else LinearSolver.CG
 
 
-def with_hessian(T, epsilon, density, solver: LinearSolver, levels: tuple[int, ...], fn, sums=None):
-    """``fn(H_Ω)`` for ``H_Ω`` of the top-``density`` entries, in the storage ``solver`` works on
-    (Section 3.1).
+def build_hessian(
+    T, epsilon, density, solver: LinearSolver, levels: tuple[int, ...], sums=None, guess=None
+):
+    """``H_Ω`` of the top-``density`` entries in the storage ``solver`` works on (Section 3.1),
+    and the threshold it kept the entries at or above (NaN for the masked block).
 
-    For ``SPARSE_CG`` the triplets are stored at the smallest of the capacity ``levels`` that
-    holds ``Ω`` (:func:`~jaxlab.methods.qn_ot.gathered_hessian.gathered_levels`), so ``fn``'s
-    products cost what ``Ω`` holds; ``sums``: optional ``(T 1, T̃ᵀ 1)``, reused there.
+    For ``SPARSE_CG``, triplets whose products use the smallest of the capacity ``levels`` that
+    holds ``Ω`` (:func:`~jaxlab.methods.qn_ot.gathered_hessian.gathered_levels`); ``sums``:
+    optional ``(T 1, T̃ᵀ 1)``, reused there; ``guess``: ``log`` of a nearby threshold (the
+    previous iteration's) to start the threshold's search from
+    (:func:`~jaxlab.methods.qn_ot.sparse_hessian.threshold_search`).
     """
     if solver is LinearSolver.SPARSE_CG:
         flat = T[:, :-1].reshape(-1)
-        threshold = top_threshold(quantile_sample(flat), density)
-        return gathered_levels(T, epsilon, threshold, levels, fn, sums=sums)
-    return fn(sparsify(T, epsilon, density))
+        threshold = top_threshold(quantile_sample(flat), density, guess=guess)
+        return gathered_levels(T, epsilon, threshold, levels, sums=sums), threshold
+    return sparsify(T, epsilon, density), jnp.asarray(jnp.nan, T.dtype)
 
 
 def rank2_gate(k, s: Float[Array, " k"], y: Float[Array, " k"]):

@@ -26,8 +26,10 @@ Section 3.1.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+import dataclasses
+import functools
+import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +40,7 @@ from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP, quantile_sample, top
 
 __all__ = [
     "GatheredHessian",
+    "LevelledHessian",
     "PackedMask",
     "capacity_levels",
     "compact",
@@ -127,13 +130,24 @@ def compact_words(
     which slots are used: :func:`compact` on a mask already packed into words.
 
     The running count of set bits per word (a cumulative sum 32× shorter than the mask, since
-    XLA's CPU ``cumsum`` over the whole mask is slow) finds the word of each slot by binary search,
-    and a 5-step binary search on ``popcount`` finds the bit inside the word.
+    XLA's CPU ``cumsum`` over the whole mask is slow) gives the first slot of each word, a running
+    maximum the word of each slot, and a 5-step binary search on ``popcount`` the bit inside the
+    word.
     """
     counts = lax.population_count(words).astype(jnp.int32)
     total = jnp.cumsum(counts)
     rank = jnp.arange(capacity, dtype=jnp.int32)  # slot s holds the (s+1)-th set bit
-    word_idx = jnp.minimum(jnp.searchsorted(total, rank, side="right"), words.shape[0] - 1)
+    # The word of each slot: every non-empty word marks the slot of its first set bit, and a
+    # running maximum carries the mark over the word's other bits (a binary search of the
+    # running counts per slot costs more).
+    start = total - counts
+    marks = jnp.where((counts > 0) & (start < capacity), start, capacity)
+    owner = (
+        jnp.zeros(capacity, jnp.int32)
+        .at[marks]
+        .set(jnp.arange(words.shape[0], dtype=jnp.int32), mode="drop")
+    )
+    word_idx = lax.cummax(owner)
     word = words[word_idx]
     within = rank - (total[word_idx] - counts[word_idx])
     # Largest ``lo`` with at most ``within`` set bits below it: that bit is the one sought.
@@ -197,15 +211,17 @@ def pack_above(T: Float[Array, "n m"], threshold) -> PackedMask:
 
 
 def capacity_levels(capacity: int, smallest: int = 512) -> tuple[int, ...]:
-    """Storage sizes for the triplets: ``capacity``, then halves of it while they hold at least
-    ``smallest`` triplets (below that a CG product's scatter costs less than its fixed work).
+    """Storage sizes for the triplets: ``capacity``, then each ``√2`` times smaller while it holds
+    at least ``smallest`` triplets (below that a CG product's scatter costs less than its fixed
+    work).
 
-    :func:`gathered_levels` stores ``Ω`` at the smallest level that holds it, so the triplets
-    (and every CG product) cost at most about twice the entries kept rather than ``capacity``.
+    :class:`LevelledHessian` runs each product on the smallest level that holds ``Ω``, so the
+    triplets (and every CG product) cost at most ``√2`` times the entries kept rather than
+    ``capacity``; each level adds one gather and one ``segment_sum`` per product to the program.
     """
     levels = [capacity]
-    while levels[-1] // 2 >= smallest:
-        levels.append(-(-levels[-1] // 2))
+    while levels[-1] / math.sqrt(2) >= smallest:
+        levels.append(math.ceil(levels[-1] / math.sqrt(2)))
     return tuple(levels)
 
 
@@ -286,29 +302,73 @@ def gathered_above(
     return _gathered_from_words(T, epsilon, pack_above(T, threshold), capacity, sums)
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["H", "index"], meta_fields=["levels"]
+)
+@dataclasses.dataclass(frozen=True)
+class LevelledHessian:
+    """A :class:`GatheredHessian` whose products run on the first ``levels[index]`` triplets.
+
+    ``index`` is traced (a pytree leaf), ``levels`` static; each product is a ``lax.switch`` over
+    the levels, one gather and one ``segment_sum`` per level, so one compiled CG loop serves
+    every level.
+    """
+
+    H: GatheredHessian
+    index: Int[Array, ""]
+    levels: tuple[int, ...]
+
+    @property
+    def h1(self) -> Float[Array, " n"]:
+        return self.H.h1
+
+    @property
+    def h2(self) -> Float[Array, " m1"]:
+        return self.H.h2
+
+    def _switch(self, method: str, v: Float[Array, " k"]) -> Float[Array, " k"]:
+        branches = [
+            (lambda v, cap=cap: getattr(self.H.prefix(cap), method)(v)) for cap in self.levels
+        ]
+        return lax.switch(self.index, branches, v)
+
+    def apply_S(self, v2: Float[Array, " m1"]) -> Float[Array, " n"]:
+        """``S v2``."""
+        return self._switch("apply_S", v2)
+
+    def apply_St(self, v1: Float[Array, " n"]) -> Float[Array, " m1"]:
+        """``Sᵀ v1``."""
+        return self._switch("apply_St", v1)
+
+    def col_sq_sum(self, w: Float[Array, " n"]) -> Float[Array, " m1"]:
+        """``Σ_i S_ij² w_i``."""
+        return self._switch("col_sq_sum", w)
+
+    def matvec(self, v: Float[Array, " k"], shift=0.0) -> Float[Array, " k"]:
+        """``(H_Ω + shift I) v``."""
+        return GatheredHessian.matvec(self, v, shift)  # type: ignore[arg-type]
+
+
 def gathered_levels(
     T: Float[Array, "n m"],
     epsilon,
     threshold,
     levels: tuple[int, ...],
-    fn: Callable[[GatheredHessian], Any],
     *,
     sums: tuple[Float[Array, " n"], Float[Array, " m1"]] | None = None,
-) -> Any:
-    """``fn(H_Ω)`` with ``H_Ω`` (as :func:`gathered_above`) stored at the smallest of ``levels``
-    (static, descending, see :func:`capacity_levels`) that holds all of ``Ω``, or at
-    ``levels[0]`` (truncated) when none does.
+) -> GatheredHessian | LevelledHessian:
+    """``H_Ω`` (as :func:`gathered_above`) whose products use the smallest of ``levels``
+    (static, descending, see :func:`capacity_levels`) that holds all of ``Ω``, or ``levels[0]``
+    (truncated) when none does.
 
     The triplets are compacted once at ``levels[0]``; the used slots come first, so a level that
-    holds ``Ω`` is a prefix of them. ``lax.switch`` runs ``fn`` (a CG solve: two scatters per
-    step) on that prefix, one branch per level, so its work follows the entries kept instead of
-    the largest capacity. Each level costs one more compiled copy of ``fn``.
+    holds ``Ω`` is a prefix of them, and a CG step (two scatters) costs what that prefix holds
+    instead of the largest capacity. With one level this is :func:`gathered_above`.
     """
     packed = pack_above(T, threshold)
     H = _gathered_from_words(T, epsilon, packed, levels[0], sums)
     if len(levels) == 1:
-        return fn(H)
+        return H
     fits = jnp.asarray(levels, jnp.int32) >= packed.total
     index = jnp.maximum(jnp.sum(fits, dtype=jnp.int32) - 1, 0)
-    branches = [(lambda H, cap=cap: fn(H.prefix(cap))) for cap in levels]
-    return lax.switch(index, branches, H)
+    return LevelledHessian(H, index, tuple(levels))

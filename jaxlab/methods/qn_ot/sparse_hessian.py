@@ -107,16 +107,18 @@ def quantile_sample(flat: Float[Array, " p"], sample_cap: int = SAMPLE_CAP) -> F
     return flat[np.sort(idx)]
 
 
-def top_threshold(values: Float[Array, " p"], density, max_trips: int = 80) -> Float[Array, ""]:
+def top_threshold(
+    values: Float[Array, " p"], density, max_trips: int = 80, guess=None
+) -> Float[Array, ""]:
     """The ``⌊density · p⌋``-th largest of ``values`` (``inf`` when none is kept).
 
     See :func:`threshold_search`, which also returns its number of counting passes.
     """
-    return threshold_search(values, density, max_trips)[0]
+    return threshold_search(values, density, max_trips, guess)[0]
 
 
 def threshold_search(
-    values: Float[Array, " p"], density, max_trips: int = 80
+    values: Float[Array, " p"], density, max_trips: int = 80, guess=None
 ) -> tuple[Float[Array, ""], Int[Array, ""]]:
     """The ``⌊density · p⌋``-th largest of ``values`` (``inf`` if none) and the passes it took.
 
@@ -129,16 +131,43 @@ def threshold_search(
     ``#{v ≥ e^lo} = k``; the answer is then the smallest value ``≥ e^lo``, the exact k-th
     largest whatever trials led there. Interpolation needs about half the passes of plain
     bisection on SPLR's iterates, and the values are compared directly (no ``log`` of every entry).
+
+    ``guess``: optional ``log`` of a nearby threshold (SPLR passes its previous iteration's). Its
+    count is the first trial, and it replaces one end of the starting bracket ``[log min, log max
+    + 1]``, so that end's pass is skipped and the bracket starts narrower; a non-finite guess is
+    ignored. The answer does not depend on it.
     """
     p = values.shape[0]
     k = jnp.floor(density * p).astype(jnp.int32)
     kf = k.astype(values.dtype)
     tiny = jnp.finfo(values.dtype).tiny
-    vmin, vmax = jnp.min(values), jnp.max(values)
-    # e^hi0 > vmax counts nothing; lo0 counts everything through its value threshold vmin itself
-    # (exp(log(vmin)) may round above vmin).
-    lo0 = jnp.log(jnp.maximum(vmin, tiny))
-    hi0 = jnp.log(jnp.maximum(vmax, tiny)) + 1.0
+
+    # e^hi counts nothing above the maximum; log(min) counts everything through its value
+    # threshold min itself (exp(log(min)) may round above min).
+    def low_end():
+        vmin = jnp.min(values)
+        return jnp.log(jnp.maximum(vmin, tiny)), vmin, jnp.int32(p)
+
+    def high_end():
+        return jnp.log(jnp.maximum(jnp.max(values), tiny)) + 1.0
+
+    def cold():
+        lo, t_lo, c_lo = low_end()
+        return lo, high_end(), t_lo, c_lo, jnp.int32(0), jnp.int32(0)
+
+    def warm():
+        g = jnp.asarray(guess, values.dtype)
+        t_g = jnp.exp(g)
+        c_g = jnp.sum(values >= t_g, dtype=jnp.int32)
+
+        def below():  # the k-th largest is under e^g: bracket [log min, g]
+            lo, t_lo, c_lo = low_end()
+            return lo, g, t_lo, c_lo, c_g, jnp.int32(1)
+
+        def above():  # at or over e^g: bracket [g, log max + 1]
+            return g, high_end(), t_g, c_g, jnp.int32(0), jnp.int32(1)
+
+        return lax.cond(c_g >= k, above, below)
 
     def cond(state):
         *_, c_lo, _, trip = state
@@ -161,7 +190,10 @@ def threshold_search(
             trip + 1,
         )
 
-    init = (lo0, hi0, vmin, jnp.int32(p), jnp.int32(0), jnp.int32(0))
+    if guess is None:
+        init = cold()
+    else:
+        init = lax.cond(jnp.isfinite(guess) & (k > 0), warm, cold)
     _, _, t_lo, _, _, trips = lax.while_loop(cond, body, init)
     thresh = jnp.min(jnp.where(values >= t_lo, values, jnp.inf))
     return jnp.where(k > 0, thresh, jnp.inf), trips

@@ -30,10 +30,10 @@ import jax.numpy as jnp
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
 from jaxlab.methods.qn_ot.direction import (
+    build_hessian,
     default_linear_solver,
     inverse_bfgs_direction,
     rank2_gate,
-    with_hessian,
 )
 from jaxlab.methods.qn_ot.gathered_hessian import capacity_levels, default_capacity
 from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
@@ -57,6 +57,7 @@ class _State(NamedTuple):
     density: jnp.ndarray
     densities: jnp.ndarray
     n_evals: jnp.ndarray
+    log_threshold: jnp.ndarray  # log of the last top-ρ threshold, the next search's start
 
 
 def splr(
@@ -129,20 +130,21 @@ def splr(
         density=jnp.asarray(0.1 * density_max if density_init is None else density_init, dtype),
         densities=jnp.full(max_iter, jnp.nan, dtype),
         n_evals=jnp.ones((), jnp.int32),
+        log_threshold=jnp.full((), jnp.nan, dtype),
     )
 
     def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
         # The diagonals T1 and T̃ᵀ1 are the gradient plus the marginals (Eq. 4).
         sums = (st.g[:n] + a, st.g[n:] + b[:-1])
+        H, threshold = build_hessian(
+            st.T, epsilon, st.density, solver, levels, sums, guess=st.log_threshold
+        )
         tau = jnp.minimum(st.gnorm, shift_max)
         s, y = st.x - st.x_prev, st.g - st.g_prev
         use_low_rank = low_rank & rank2_gate(k, s, y)
-
-        def direction(H):
-            solve = lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol)  # noqa: E731
-            return inverse_bfgs_direction(solve, st.g, s, y, use_low_rank)
-
-        d = with_hessian(st.T, epsilon, st.density, solver, levels, direction, sums)
+        d = inverse_bfgs_direction(
+            lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol), st.g, s, y, use_low_rank
+        )
         # A failed inner solve could give an ascent direction: fall back to steepest descent.
         d = jnp.where((st.g @ d < 0) & jnp.all(jnp.isfinite(d)), d, -st.g)
         ls = more_thuente(
@@ -170,6 +172,7 @@ def splr(
             ),
             densities=st.densities.at[k].set(st.density),
             n_evals=st.n_evals + ls.n_evals,
+            log_threshold=jnp.log(threshold),
         )
         return new, gnorm_new
 

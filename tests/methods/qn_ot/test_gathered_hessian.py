@@ -179,10 +179,10 @@ def test_packed_words_are_the_numpy_mask(x64, shape):
     assert int(packed.kept) == int((np.asarray(T)[:, :-1] >= threshold).sum())
 
 
-def test_capacity_levels_halve_down_to_the_smallest():
-    assert capacity_levels(12276) == (12276, 6138, 3069, 1535, 768)
-    assert capacity_levels(796) == (796,)
-    assert capacity_levels(1000, smallest=100) == (1000, 500, 250, 125)
+def test_capacity_levels_shrink_by_sqrt2_down_to_the_smallest():
+    assert capacity_levels(12276) == (12276, 8681, 6139, 4341, 3070, 2171, 1536, 1087, 769, 544)
+    assert capacity_levels(600) == (600,)
+    assert capacity_levels(1000, smallest=300) == (1000, 708, 501, 355)
 
 
 @pytest.mark.parametrize("density", [0.02, 0.1, 0.3])
@@ -192,30 +192,30 @@ def test_levels_store_omega_at_the_smallest_level_that_holds_it(x64, density):
     threshold = float(np.quantile(np.asarray(T)[:, :-1], 1 - density))
     need = int(_numpy_mask(T, threshold).sum())
     levels = (600, 300, 150, 75, 38)
-    sizes = jax.jit(
-        lambda T: gathered_levels(T, eps, threshold, levels, lambda H: H.vals.shape[0] + 0 * H.kept)
-    )(T)
-    assert int(sizes) == min(c for c in levels if c >= need)
-    # The product at the chosen level is the full-capacity one and the numpy H_Ω's.
-    v = jnp.asarray(np.random.default_rng(0).normal(size=n + m - 1))
-    got = jax.jit(lambda T: gathered_levels(T, eps, threshold, levels, lambda H: H.matvec(v)))(T)
-    full = gathered_above(T, eps, threshold, n * (m - 1))
-    np.testing.assert_allclose(got, full.matvec(v), rtol=1e-13)
-    S = np.where(_numpy_mask(T, threshold), np.asarray(T)[:, :-1], 0.0)
-    S[0, :], S[:, 0] = np.asarray(T)[0, :-1], np.asarray(T)[:, 0]
+    H = jax.jit(lambda T: gathered_levels(T, eps, threshold, levels))(T)
+    assert levels[int(H.index)] == min(c for c in levels if c >= need)
+    # Its products (on that prefix of the triplets) are the numpy H_Ω's.
+    rng = np.random.default_rng(0)
+    v, w = rng.normal(size=n + m - 1), rng.random(n)
+    got = jax.jit(lambda H, v: H.matvec(v, 1e-3))(H, jnp.asarray(v))
     T_np = np.asarray(T)
-    H = np.block([[np.diag(T_np.sum(1)), S], [S.T, np.diag(T_np[:, :-1].sum(0))]])
-    np.testing.assert_allclose(got, H @ np.asarray(v) / eps, rtol=1e-12)
+    S = np.where(_numpy_mask(T, threshold), T_np[:, :-1], 0.0)
+    S[0, :], S[:, 0] = T_np[0, :-1], T_np[:, 0]
+    dense = np.block([[np.diag(T_np.sum(1)), S], [S.T, np.diag(T_np[:, :-1].sum(0))]]) / eps
+    np.testing.assert_allclose(got, dense @ v + 1e-3 * v, rtol=1e-12)
+    got_sq = jax.jit(lambda H, w: H.col_sq_sum(w))(H, jnp.asarray(w))
+    np.testing.assert_allclose(got_sq, ((S / eps) ** 2 * w[:, None]).sum(0), rtol=1e-12)
 
 
 def test_levels_truncate_at_the_largest_when_none_holds_omega(x64):
     T, eps = _plan(6, n=30, m=30)
     threshold = float(np.quantile(np.asarray(T)[:, :-1], 0.5))  # about 400 entries
     v = jnp.asarray(np.random.default_rng(1).normal(size=59))
-    got = jax.jit(lambda T: gathered_levels(T, eps, threshold, (50, 25), lambda H: H.matvec(v)))(T)
+    H = jax.jit(lambda T: gathered_levels(T, eps, threshold, (50, 25)))(T)
+    assert int(H.index) == 0
     # the first 50 triplets in row-major order, as a capacity of 50 stores them
     short = gathered_above(T, eps, threshold, 50)
     assert short.vals.shape == (50,) and np.all(np.asarray(short.vals) > 0)
-    np.testing.assert_allclose(got, short.matvec(v), rtol=1e-13)
+    np.testing.assert_allclose(H.matvec(v), short.matvec(v), rtol=1e-13)
     full = gathered_above(T, eps, threshold, 30 * 29)
-    assert not np.allclose(got, full.matvec(v))
+    assert not np.allclose(H.matvec(v), full.matvec(v))

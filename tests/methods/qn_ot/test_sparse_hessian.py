@@ -9,6 +9,7 @@ from jaxlab.methods.qn_ot.sparse_hessian import (
     next_density,
     sparsify,
     sparsify_above,
+    threshold_search,
     top_threshold,
 )
 from jaxlab.ot.dual import dual_hessian
@@ -70,6 +71,34 @@ def test_top_threshold_is_the_exact_kth_largest(x64, kind):
         k = int(np.floor(density * v.size))
         assert float(top_threshold(jnp.asarray(v), density)) == ordered[k - 1], density
     assert float(top_threshold(jnp.asarray(v), 0.0)) == np.inf
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "underflow"])
+def test_top_threshold_from_a_guess_is_the_same_kth_largest_in_fewer_passes(x64, kind):
+    # SPLR starts each search at its previous threshold. Guesses at, above and below the answer,
+    # far off, infinite or NaN must all give the sort's k-th largest; a guess near it saves passes.
+    rng = np.random.default_rng(4)
+    v = {
+        "lognormal": np.exp(3.0 * rng.normal(size=5000) - 20.0),
+        "underflow": np.exp(np.minimum(rng.normal(size=5000) * 400.0, 0.0)),
+    }[kind]
+    ordered = -np.sort(-v)
+    search = jax.jit(threshold_search)
+    for density in (0.001, 0.01, 0.1):
+        k = int(np.floor(density * v.size))
+        want = ordered[k - 1]
+        cold, cold_passes = search(jnp.asarray(v), density)
+        near = np.log(want) + np.array([0.0, 0.05, -0.05])
+        # the neighbours of the answer and the midpoints between them (counts k - 1, k, k + 1)
+        nbrs = np.log(ordered[k - 2 : k + 1])
+        mids = 0.5 * (nbrs[1:] + nbrs[:-1])
+        far = (np.log(want) + 30, np.log(want) - 30, np.inf, -np.inf, np.nan)
+        for guess in (*near, *nbrs, *mids, *far):
+            got, passes = search(jnp.asarray(v), density, guess=guess)
+            assert float(got) == want == float(cold), (density, guess)
+        _, warm_passes = search(jnp.asarray(v), density, guess=near[1])
+        if int(cold_passes) < 80:  # with ties at the k-th largest both run out of trips
+            assert int(warm_passes) < int(cold_passes), (density, warm_passes, cold_passes)
 
 
 def test_density_schedule_stays_in_bounds(x64):
