@@ -210,7 +210,7 @@ def pack_above(T: Float[Array, "n m"], threshold) -> PackedMask:
     return PackedMask(words, kept, total)
 
 
-def capacity_levels(capacity: int, smallest: int = 512) -> tuple[int, ...]:
+def capacity_levels(capacity: int, smallest: int = 1024) -> tuple[int, ...]:
     """Storage sizes for the triplets: ``capacity``, then each ``√2`` times smaller while it holds
     at least ``smallest`` triplets (below that a CG product's scatter costs less than its fixed
     work).
