@@ -19,6 +19,7 @@ nothing ever forms ``exp(-M/η)`` on its own, so tiny ``η`` does not underflow 
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 from jax.scipy.special import logsumexp
 from jaxtyping import Array, Float
 
@@ -88,9 +89,11 @@ def dual_value_grad(
     alpha, beta = split(x, n)
     T = plan(alpha, beta, cost, epsilon)
     # The marginals as matrix-vector products: one BLAS pass over T each, where XLA's CPU
-    # reductions of a plan-sized array cost more (the column sums most).
-    rows = T @ jnp.ones(m, T.dtype)
-    cols = jnp.ones(n, T.dtype) @ T
+    # reductions of a plan-sized array cost more (the column sums most). HIGHEST keeps them exact
+    # sums where a float32 product would otherwise run in bfloat16 (TPU) or TF32 (GPU).
+    ones_m, ones_n = jnp.ones(m, T.dtype), jnp.ones(n, T.dtype)
+    rows = jnp.matmul(T, ones_m, precision=lax.Precision.HIGHEST)
+    cols = jnp.matmul(ones_n, T, precision=lax.Precision.HIGHEST)
     value = epsilon * jnp.sum(rows) - a @ alpha - b @ beta
     grad = jnp.concatenate([rows - a, cols[:-1] - b[:-1]])
     return value, grad, T

@@ -17,11 +17,11 @@ and even a plain ``cumsum``, cost several times more). ``capacity`` defaults to 
 kept count; should the mask still hold more entries (ties, or the sampled quantile of large
 problems), the last ones in row-major order are dropped. Any ``Ω`` keeps ``H_Ω + τI`` positive
 definite (Section 3.1), so a truncated ``Ω`` is still a valid SPLR matrix. A CG step costs what
-its triplets hold, so :func:`gathered_levels` runs the solve on the shortest prefix of the
-triplets (one of :func:`capacity_levels`) that holds ``Ω``: the density ``ρ`` moves between
-``ρ_max / 100`` and ``ρ_max`` during a solve. :class:`SparseHessian` is the oracle:
-``tests/methods/qn_ot`` checks that the products agree, and a numpy ``H_Ω`` written from
-Section 3.1.
+its triplets hold, and the density ``ρ`` moves between ``ρ_max / 100`` and ``ρ_max`` during a
+solve, so :func:`gathered_levels` returns a :class:`LevelledHessian` whose products run on the
+shortest prefix of the triplets (one of :func:`capacity_levels`) that holds ``Ω``.
+:class:`SparseHessian` is the oracle: ``tests/methods/qn_ot`` checks that the products agree, and
+a numpy ``H_Ω`` written from Section 3.1.
 """
 
 from __future__ import annotations
