@@ -30,9 +30,10 @@ from jaxlab.core.timing import time_interleaved
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
 from jaxlab.methods.qn_ot.gathered_hessian import (
+    LevelledHessian,
     capacity_levels,
     default_capacity,
-    gathered_above,
+    gathered_levels,
 )
 from jaxlab.methods.qn_ot.runners import import_regot
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
@@ -84,10 +85,13 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
         lambda T, rho: threshold_search(quantile_sample(T[:, :-1].reshape(-1)), rho)
     )
 
+    levels = capacity_levels(capacity)
+
     @jax.jit
     def assemble(T, g, t):
+        # As in the solve: the products run on the smallest level that holds Ω.
         sums = (g[:n] + a, g[n:] + b[:-1])
-        return gathered_above(T, eta, t, capacity, sums=sums)
+        return gathered_levels(T, eta, t, levels, sums=sums)
 
     @jax.jit
     def cg(H, g):
@@ -103,10 +107,7 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     f, g, T = evaluate(x)
     t, threshold_trips = threshold(T, density)
     H = assemble(T, g, t)
-    # CG runs on the smallest storage level that holds Ω, as in the solve (gathered_levels).
-    used = int(np.count_nonzero(np.asarray(H.vals)))
-    level = min((c for c in capacity_levels(capacity) if c >= used), default=capacity)
-    H = H.prefix(level)
+    level = levels[int(H.index)] if isinstance(H, LevelledHessian) else capacity
     d, cg_steps = cg(H, g)
     dispatch = jax.jit(lambda x: x + 1.0)
     # The bare cost of a while_loop trip on XLA CPU: a scalar body, run for as many trips as the
