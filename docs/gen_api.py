@@ -65,7 +65,11 @@ def read_module(path: pathlib.Path) -> Module:
     """Parses one file's top-level statements (definitions, imports, ``__all__``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     all_names, defs, imports = None, {}, {}
-    for node in tree.body:
+    body = list(tree.body)
+    for node in tree.body:  # names a package binds lazily, imported for type checkers only
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            body += node.body
+    for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             defs[node.name] = ("function", "")
         elif isinstance(node, ast.ClassDef):

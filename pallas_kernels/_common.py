@@ -13,10 +13,11 @@ present. :func:`native_call` therefore stages the kernel behind ``lax.platform_d
 for the kernel's platform keeps the kernel, lowering for any other one (or running it eagerly there)
 raises :class:`KernelConfigError` — a check at lowering time, not at trace time.
 
-The two attention kernels (flash and MLR) share more: the q/k/v check (:func:`check_qkv`, which
-``jaxlab.nn``'s attention entry points use too), the f32 tile product (:func:`dot`), the
-``pallas_call`` launcher that builds their BlockSpecs from array roles (:func:`attention_call`)
-and the ``custom_vjp`` that ties a forward launcher to a backward one (:func:`attention_vjp`).
+The two attention kernels (flash and MLR) share more: the q/k/v check (:func:`check_qkv`, kept
+with the error type in :mod:`pallas_kernels._checks`, which imports no Pallas), the f32 tile
+product (:func:`dot`), the ``pallas_call`` launcher that builds their BlockSpecs from array roles
+(:func:`attention_call`) and the ``custom_vjp`` that ties a forward launcher to a backward one
+(:func:`attention_vjp`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+
+from pallas_kernels._checks import KernelConfigError, check_qkv
 
 __all__ = [
     "F32",
@@ -59,14 +62,6 @@ Style = Literal["gpu", "tpu"]
 F32 = jnp.float32
 # Finite, so a masked logit minus a running max never produces inf - inf = NaN.
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-
-
-class KernelConfigError(ValueError):
-    """A kernel called with block sizes or shapes it cannot take; the message says what to change.
-
-    ``jaxlab.nn.attention`` re-raises it as ``jaxlab.core.errors.ConfigError`` (pallas_kernels does
-    not import jaxlab).
-    """
 
 
 def resolve_backend(backend: str | None, interpret: bool | None) -> tuple[Style, bool]:
@@ -230,67 +225,6 @@ def reduce_blocks(
 
 
 # ---------------------------------------------------------------------- attention: input check
-
-
-def check_qkv(
-    owner: str,
-    q,
-    k,
-    v,
-    *,
-    causal: bool = False,
-    segment_ids=None,
-    alibi_slopes=None,
-    grouped: bool = True,
-) -> None:
-    """Raises a one-line :class:`KernelConfigError`, prefixed ``owner``, unless q, k, v fit.
-
-    The one check of every attention entry point (the two kernels here and ``jaxlab.nn``'s
-    ``dot_product_attention`` and ``mlr_attention``, which re-raise it as ``ConfigError``).
-    ``grouped``: ``(B, T, H, E)`` queries against ``(B, S, K, E)`` keys and values with ``K``
-    dividing ``H`` (grouped-query attention); queries sit at the end of the keys, so ``causal``
-    needs ``T <= S`` (with more queries than keys the first ``T - S`` would see no key). Not
-    ``grouped`` (MLR): ``k`` shaped like ``q`` and ``v`` of any head width. ``segment_ids`` must
-    be ``(B, T)`` with as many keys as queries, ``alibi_slopes`` ``(H,)``.
-    """
-    if grouped:
-        if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-            raise KernelConfigError(
-                f"{owner} expects (B, T, H, E) arrays, got q{q.shape} k{k.shape} v{v.shape}"
-            )
-        if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-            raise KernelConfigError(
-                f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} do not fit together"
-            )
-        if k.shape[2] == 0:
-            raise KernelConfigError(f"{owner}: k and v need at least one head, got k{k.shape}")
-        if q.shape[2] % k.shape[2]:
-            raise KernelConfigError(
-                f"{owner}: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads"
-            )
-    elif q.ndim != 4 or k.shape != q.shape or v.ndim != 4 or v.shape[:3] != q.shape[:3]:
-        raise KernelConfigError(
-            f"{owner}: q{q.shape}, k{k.shape}, v{v.shape} must be (B, T, H, M) queries and keys "
-            "and (B, T, H, E) values"
-        )
-    T, S = q.shape[1], k.shape[1]
-    if causal and T > S:
-        raise KernelConfigError(
-            f"{owner}: causal attention needs at least as many keys as queries; got T={T} "
-            f"queries and S={S} keys"
-        )
-    if segment_ids is not None and segment_ids.shape != q.shape[:2]:
-        raise KernelConfigError(
-            f"{owner}: segment_ids{segment_ids.shape} must be (B, T)={q.shape[:2]}"
-        )
-    if segment_ids is not None and T != S:
-        raise KernelConfigError(
-            f"{owner}: segment_ids need as many keys as queries; got T={T} queries and S={S} keys"
-        )
-    if alibi_slopes is not None and alibi_slopes.shape != (q.shape[2],):
-        raise KernelConfigError(
-            f"{owner}: alibi_slopes{alibi_slopes.shape} must be (H,)=({q.shape[2]},)"
-        )
 
 
 # --------------------------------------------------------------------- attention: tile maths

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +27,7 @@ from jax.experimental.pallas import triton as plgpu
 from jaxtyping import Array, Float
 
 from pallas_kernels import fit
+from pallas_kernels._checks import ACTIVATIONS
 from pallas_kernels._common import (
     KernelConfigError,
     Style,
@@ -45,12 +45,6 @@ __all__ = ["ACTIVATIONS", "BlockSizes", "matmul", "matmul_reference"]
 TILES = ("block_m", "block_n", "block_k")
 
 F32 = jnp.float32
-# Epilogues, applied to the float32 accumulator. "gelu" is the tanh form, jax.nn.gelu's default.
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": jax.nn.gelu,
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-}
 
 
 @dataclasses.dataclass(frozen=True)

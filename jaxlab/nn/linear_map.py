@@ -17,7 +17,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from jaxlab.core.errors import ConfigError
-from pallas_kernels.matmul import ACTIVATIONS
+from pallas_kernels import ACTIVATIONS
 
 __all__ = ["Axes", "LinearMap"]
 
