@@ -29,8 +29,6 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from flax import nnx
-
 from jaxlab.core.config import TrainConfig, to_dict
 from jaxlab.core.experiment import select_preset
 from jaxlab.core.loop import run_training
@@ -39,7 +37,6 @@ from jaxlab.core.metrics import read_metrics
 from jaxlab.core.plots import curves_figure, save_figure
 from jaxlab.lm.task import LMTask, fit_vocab
 from jaxlab.lm.transformer import Transformer, TransformerConfig
-from jaxlab.nn.layers import count_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,12 +126,10 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
         else f"lm_baseline on {cfg.data} (validation)",
     )
     save_figure(fig, workdir / f"val_{metric}.png")
-    model = nnx.eval_shape(lambda: Transformer(model_cfg, rngs=nnx.Rngs(0)))
     bits = summary["eval"].get(f"eval_{metric}")
     extra = {} if task.corpus is None else {f"val_{metric}": bits, "vocab_size": task.vocab_size}
     return {
         **summary,
-        "num_params": count_params(model),
         "val_bits_per_byte": summary["eval"].get("eval_bits_per_byte"),
         **extra,
         "unigram_entropy_bits": floor,

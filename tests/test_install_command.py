@@ -4,7 +4,8 @@ A newcomer who follows the README must run the tests CI runs. Once only ``.ci/ru
 authors' mLSTM kernels, so the README's command skipped their oracle tests; now the README's line
 ``bash scripts/install_dev.sh && pytest ...`` is checked to be ``.ci/run``'s install and test lines,
 and the script (run here with a stand-in ``python`` that records its arguments) to install the dev
-extra and ``mlstm-kernels`` without its dependencies, from any working directory.
+extra and ``mlstm-kernels`` without its dependencies, then to compile the checkout's modules to
+bytecode, from any working directory.
 """
 
 import os
@@ -48,8 +49,10 @@ def test_the_install_script_installs_the_dev_extra_and_the_authors_kernels(tmp_p
     )  # fmt: skip
     calls = [shlex.split(line) for line in log.read_text().splitlines()]
     assert all(pathlib.Path(c[0]) == REPO for c in calls), "not run from the checkout"
-    pip = [c[1:] for c in calls]
+    pip = [c[1:] for c in calls if c[1:3] == ["-m", "pip"]]
     assert all(c[:4] == ["-m", "pip", "install", "-q"] for c in pip), pip
+    # the checkout's sources are compiled once, for every process the tests start
+    assert ["-m", "compileall", "-q", "jaxlab", "pallas_kernels"] == calls[-1][1:6], calls[-1]
     assert any(c[4:] == ["-e", ".[dev]"] for c in pip), pip
     (kernels,) = [c[4:] for c in pip if any(a.startswith("mlstm-kernels") for a in c)]
     assert "--no-deps" in kernels, kernels
