@@ -234,6 +234,19 @@ class TrainProgram(NamedTuple):
     compiler_options: Mapping[str, Any] | None = None
 
 
+def _compiled_on_first_call(traced: jax.stages.Traced, options) -> Callable:
+    """``traced``'s program as a function, compiled with ``options`` when first called (a resumed
+    run restores its state and never calls it)."""
+    compiled = []
+
+    def run(*args):
+        if not compiled:
+            compiled.append(traced.lower().compile(options))
+        return compiled[0](*args)
+
+    return run
+
+
 def build_train_program(
     task: Task,
     cfg: TrainConfig,
@@ -263,14 +276,23 @@ def build_train_program(
     """
     schedule = make_schedule(cfg, cfg.steps if schedule_steps is None else schedule_steps)
     tx = task_optimizer(task, cfg, schedule, decay_mask=decay_mask, lr_groups=lr_groups)
-    graphdef, abstract_state = jax.eval_shape(lambda k: create_state(task, tx, k), init_key)
-    shardings = state_shardings(abstract_state, mesh, rules)
+    # One trace of the state's construction gives its graph, shapes and shardings and the init
+    # program (building the model is a noticeable part of a short run's start-up): the shardings
+    # are found inside the trace and the result constrained to them, where out_shardings would
+    # need them before it.
+    found = {}
+
+    def init_state(key):
+        graphdef, state = create_state(task, tx, key)
+        found["graphdef"], found["shardings"] = graphdef, state_shardings(state, mesh, rules)
+        return jax.lax.with_sharding_constraint(state, found["shardings"])
+
+    traced = jax.jit(init_state).trace(init_key)
+    graphdef, shardings, abstract_state = found["graphdef"], found["shardings"], traced.out_info
     options = None
     if compiler_options is not None:
         options = compiler_options(sum(leaf.size for leaf in jax.tree.leaves(abstract_state)))
-    init = jax.jit(
-        lambda k: create_state(task, tx, k)[1], out_shardings=shardings, compiler_options=options
-    )
+    init = _compiled_on_first_call(traced, options)
     train_step = jax.jit(
         make_train_step(task, graphdef, cfg.grad_accum_steps),
         in_shardings=(shardings, None, None),
