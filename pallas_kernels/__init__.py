@@ -7,8 +7,9 @@ plain-jnp ``*_reference`` beside the kernel. Kernels lower natively to GPUs (Tri
 ``python -m pallas_kernels.lower`` lowers them all for GPU and TPU from any machine. This
 package imports nothing from ``jaxlab``; user errors raise :class:`KernelConfigError` (a
 ``ValueError``), which ``jaxlab.nn.attention`` re-raises as ``ConfigError``; :func:`check_qkv` is
-the q/k/v check of every attention entry point, here and in ``jaxlab.nn``. See ``README.md`` here
-for backends, tolerances and measured numbers.
+the q/k/v check of every attention entry point, here and in ``jaxlab.nn``. Importing the package
+loads neither Pallas nor a kernel: each kernel module is imported on the first use of one of its
+names. See ``README.md`` here for backends, tolerances and measured numbers.
 """
 
 import importlib
