@@ -224,9 +224,6 @@ def reduce_blocks(
         finalize(tuple(ref[...] for ref in scratch))
 
 
-# ---------------------------------------------------------------------- attention: input check
-
-
 # --------------------------------------------------------------------- attention: tile maths
 
 
