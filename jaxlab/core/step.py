@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from jaxlab.core.compile_options import compile_lowered
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, constrain, state_shardings
 from jaxlab.core.optim import LrGroups, default_decay_mask, make_optimizer, make_schedule
@@ -241,7 +242,7 @@ def _compiled_on_first_call(traced: jax.stages.Traced, options) -> Callable:
 
     def run(*args):
         if not compiled:
-            compiled.append(traced.lower().compile(options))
+            compiled.append(compile_lowered(traced.lower(), options))
         return compiled[0](*args)
 
     return run
