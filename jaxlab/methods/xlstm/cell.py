@@ -103,6 +103,19 @@ def _check_state(owner: str, state, B: int, H: int, Dk: int, Dv: int) -> None:
         )
 
 
+def _stabiliser(log_w: Array, floor: Array) -> Array:
+    """``max(max(log_w, axis=-1), floor)``, the stabiliser ``m`` of the parallel and state
+    forms, with a gradient that goes to one maximal entry, as ``torch.max``'s does in the authors'
+    parallel form. ``jnp.max``'s gradient instead goes to every entry equal to the maximum and
+    divides by their count, and XLA may recompute ``log_w`` for the backward pass with other
+    rounding than the forward's maximum had: no entry then equals it, and the gate gradients are
+    0 / 0 (NaN; seen with XLA CPU's loop emitters). Here the maximum is the entry at its
+    ``argmax`` and the larger of it and ``floor`` is a select, so whatever rounding the backward
+    sees, the gradient has one place to go."""
+    top = jnp.take_along_axis(log_w, jnp.argmax(log_w, axis=-1, keepdims=True), axis=-1)[..., 0]
+    return jnp.where(top >= floor, top, floor)
+
+
 def _normalise(num, den, m, eps):
     """``num / (max(|den|, exp(-m)) + eps)``; ``den`` and ``m`` broadcast over num's last axis."""
     return num / (jnp.maximum(jnp.abs(den), jnp.exp(-m)) + eps)[..., None]
@@ -182,7 +195,7 @@ def _parallel_with_state(q, k, v, i, lf, state, eps):
     D_BHTS = _decay_matrix(lf) + i[..., None, :]
     L_BHT = jnp.cumsum(lf, axis=-1)  # within a chunk or a test sequence: short sums
     init_BHT = L_BHT + state.m[..., None]
-    m_BHT = jnp.maximum(jnp.max(D_BHTS, axis=-1), init_BHT)
+    m_BHT = _stabiliser(D_BHTS, init_BHT)
     W_BHTS = jnp.exp(D_BHTS - m_BHT[..., None]) * jnp.einsum("bhtm,bhsm->bhts", q, k)
     w0_BHT = jnp.exp(init_BHT - m_BHT)
     num = jnp.einsum("bhts,bhse->bhte", W_BHTS, v) + w0_BHT[..., None] * jnp.einsum(
@@ -199,7 +212,7 @@ def _final_state(k, v, i, lf, state):
     after_BHS = jnp.concatenate([rev_BHS[..., 1:], jnp.zeros_like(rev_BHS[..., :1])], axis=-1)
     logw_BHS = after_BHS + i
     g_BH = rev_BHS[..., 0]  # the whole (sub)sequence's log decay
-    m = jnp.maximum(g_BH + state.m, jnp.max(logw_BHS, axis=-1))
+    m = _stabiliser(logw_BHS, g_BH + state.m)
     w_BHS = jnp.exp(logw_BHS - m[..., None])
     decay = jnp.exp(g_BH + state.m - m)
     C = decay[..., None, None] * state.C + jnp.einsum("bhs,bhsm,bhse->bhme", w_BHS, k, v)

@@ -76,6 +76,35 @@ def test_cell_forms_give_the_same_logits():
         np.testing.assert_allclose(logits[form], logits["recurrent"], atol=1e-5 * scale)
 
 
+def test_cell_forms_give_the_same_finite_gradients_in_a_jitted_step():
+    """The gradient of a jitted next-token loss, every form against the recurrent one. The parallel
+    form's gate gradients were NaN here under the suite's XLA flags: its stabiliser took
+    ``jnp.max``, whose gradient divides by the number of entries equal to the maximum, and XLA
+    recomputed those entries for the backward pass with other rounding (none equal)."""
+    tokens = jax.random.randint(jax.random.key(0), (4, 17), 0, 256)
+
+    def grads(form):
+        graphdef, state = nnx.split(
+            xLSTM(dataclasses.replace(TINY, cell_form=form), rngs=nnx.Rngs(0))
+        )
+
+        def loss(state):
+            logits = nnx.merge(graphdef, state)(tokens[:, :-1])
+            return -jnp.mean(
+                jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], -1)
+            )
+
+        return jax.jit(jax.grad(loss))(state)
+
+    want = grads("recurrent")
+    for form in ("parallel", "chunkwise"):
+        got = grads(form)
+        for path, g in jax.tree_util.tree_leaves_with_path(got):
+            assert np.isfinite(np.asarray(g)).all(), (form, jax.tree_util.keystr(path))
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, atol=1e-5 * float(jnp.max(jnp.abs(w))) + 1e-9)
+
+
 def test_logits_are_soft_capped():
     model = xLSTM(dataclasses.replace(TINY, logit_soft_cap=0.5), rngs=nnx.Rngs(0))
     logits = model(jnp.zeros((1, 4), jnp.int32))
