@@ -21,31 +21,43 @@ if "xla_force_host_platform_device_count" not in _flags:
 # fusion through a pipeline of MLIR passes where the older loop emitters write LLVM IR directly.
 # Level 0 and the loop emitters compile faster and the programs compute the same values up to
 # rounding (the tests' tolerances are for reference-vs-fast-path differences, not for code
-# generation).
-# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for both. Newer XLAs drop options (JAX 0.11's
-# has no fusion-emitter switch) and abort the process on an unknown one in XLA_FLAGS, so each is
-# set only where this XLA knows it: asked once per run in a child process (the flags must be set
+# generation). XLA also splits each program's LLVM module into parts compiled in parallel; on the
+# suite's two workers of two cores there is no core to spare for that, and one part compiles the
+# same kernels with less overhead (programs of a few dozen kernels compile 10-20% faster).
+# JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for all three. Newer XLAs drop options (JAX
+# 0.11's has no fusion-emitter switch) and abort the process on an unknown one in XLA_FLAGS, so each
+# is set only where this XLA knows it: asked once per run in a child process (the flags must be set
 # before this process starts JAX's backend), and the answer handed to the xdist workers and the
 # run.py processes the tests start through _CHECKED.
 _CHECKED = "JAXLAB_TEST_XLA_FLAGS_CHECKED"
+_FAST_COMPILE = {
+    "xla_backend_optimization_level": 0,
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_parallel_codegen_split_count": 1,
+}
 
 
-def _xla_knows(option: str, value: bool) -> bool:
-    """Whether this jaxlib's XLA accepts the debug option ``option=value`` (as a compile option,
-    which fails with an error where XLA_FLAGS would abort)."""
-    code = f"import jax; jax.jit(lambda x: x).lower(1.0).compile({{{option!r}: {value!r}}})"
+def _xla_knows(options: dict) -> set[str]:
+    """Those of ``options`` (name: value) this jaxlib's XLA accepts as compile options (which fail
+    with an error where XLA_FLAGS would abort), all asked in one child process."""
+    code = (
+        "import sys, jax\n"
+        f"for name, value in {options!r}.items():\n"
+        "    try:\n"
+        "        jax.jit(lambda x: x).lower(1.0).compile({name: value})\n"
+        "        print(name)\n"
+        "    except jax.errors.JaxRuntimeError:\n"
+        "        pass\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
-    return child.returncode == 0
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return set(child.stdout.split()) if child.returncode == 0 else set()
 
 
 if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on" and not os.environ.get(_CHECKED):
-    if "xla_backend_optimization_level" not in _flags:
-        _flags += " --xla_backend_optimization_level=0"
-    if "xla_cpu_use_fusion_emitters" not in _flags and _xla_knows(
-        "xla_cpu_use_fusion_emitters", False
-    ):
-        _flags += " --xla_cpu_use_fusion_emitters=false"
+    _wanted = {k: v for k, v in _FAST_COMPILE.items() if k not in _flags}
+    _known = _xla_knows(_wanted)
+    _flags += "".join(f" --{k}={str(v).lower()}" for k, v in _wanted.items() if k in _known)
     os.environ[_CHECKED] = "1"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
