@@ -735,7 +735,11 @@ def mlstm_chunkwise_reference(q, k, v, i, f, *, initial_state=None, eps: float =
     D = jnp.where(t >= s, jnp.cumsum(jnp.where(t > s, lf[..., :, None], 0.0), axis=-2), NEG)
     D = D + i[..., None, :]
     init = jnp.cumsum(lf, axis=-1) + m0[..., None]
-    m = jnp.maximum(jnp.max(D, axis=-1), init)
+    # The stabiliser's maximum is the entry at its argmax, so its gradient has one place to go:
+    # jnp.max's divides by the count of entries equal to it, which is 0 (a NaN gradient) where XLA
+    # recomputes D for the backward pass with other rounding (jaxlab.methods.xlstm.cell).
+    top = jnp.take_along_axis(D, jnp.argmax(D, axis=-1, keepdims=True), axis=-1)[..., 0]
+    m = jnp.where(top >= init, top, init)
     q = q * Dk**-0.5
     W = jnp.exp(D - m[..., None]) * jnp.einsum("bhtk,bhsk->bhts", q, k)
     w0 = jnp.exp(init - m)
