@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.7
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -69,14 +69,8 @@ ranks = (32, 8, 6, 4, 4, 4, 4, 2)
 print("QK FLOP ratio of the paper's ranks:", round(mlr_qk_flop_ratio(ranks), 3))
 T = 256 if SMOKE else 1024
 q, k, v = (jax.random.normal(key, (1, T, 2, 64)) for key in jax.random.split(jax.random.key(0), 3))
-# Jitted, as in a model: called eagerly, each of the blockwise form's many small ops is compiled
-# and dispatched on its own (several seconds on a CPU).
-fast = jax.jit(mlr_attention, static_argnames=("ranks", "normalize"))(
-    q, k, v, ranks=ranks, normalize="block_levels"
-)
-dense = jax.jit(mlr_attention_reference, static_argnames=("ranks", "normalize"))(
-    q, k, v, ranks=ranks, normalize="block_levels"
-)
+fast = mlr_attention(q, k, v, ranks=ranks, normalize="block_levels")
+dense = mlr_attention_reference(q, k, v, ranks=ranks, normalize="block_levels")
 print("max |blockwise - dense|:", float(jnp.abs(fast - dense).max()))
 
 # %% [markdown]
