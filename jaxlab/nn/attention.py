@@ -294,6 +294,9 @@ def _chunked_bwd(cfg, residuals, do_BTHE):
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
+# One program per shape: called outside jit, the key-chunk scan would otherwise be traced and
+# compiled again on every call; inside a caller's jit this is an inner call that XLA inlines.
+_chunked_jit = jax.jit(_chunked, static_argnums=(6,))
 
 
 def xla_chunked_attention(
@@ -328,7 +331,7 @@ def xla_chunked_attention(
     pad = lambda x: jnp.pad(x, ((0, 0), (0, Sp - S)) + ((0, 0),) * (x.ndim - 2))
     seg_BS = None if segment_ids is None else pad(segment_ids)
     cfg = (bool(causal), float(E**-0.5 if scale is None else scale), S - T, S, chunk)
-    return _chunked(q_BTHE, pad(k_BSKE), pad(v_BSKE), segment_ids, seg_BS, alibi_slopes, cfg)
+    return _chunked_jit(q_BTHE, pad(k_BSKE), pad(v_BSKE), segment_ids, seg_BS, alibi_slopes, cfg)
 
 
 def _pallas_attention(q, k, v, *, causal, segment_ids, alibi_slopes, scale):

@@ -324,3 +324,23 @@ def test_empty_axes_give_what_jax_gives(B, T, S, impl):
     np.testing.assert_array_equal(out, want)
     if impl == "xla_chunked":
         np.testing.assert_array_equal(xla_chunked_attention(q, k, k, causal=False), want)
+
+
+def test_a_repeated_eager_chunked_call_compiles_nothing():
+    """Called outside jit, the chunked path is one program: the second call with the same shapes
+    compiles nothing (its key-chunk scan was traced and compiled again on every call)."""
+    q = jax.random.normal(jax.random.key(5), (1, 48, 2, 8))
+    call = lambda: xla_chunked_attention(q, q, q, causal=True, chunk_size=16)  # noqa: E731
+    jax.block_until_ready(call())
+    seen = []
+
+    def listener(event, seconds, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(kw.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.block_until_ready(call())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert seen == []

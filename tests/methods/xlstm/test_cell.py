@@ -300,3 +300,31 @@ def test_auto_asks_the_switch_about_the_mlstm_kernel_alone(monkeypatch):
     jaxpr = jax.make_jaxpr(lambda q: mlstm(q, q, q, i, f, form="auto", chunk_size=8))(q)
     assert "pallas_call" in str(jaxpr)
     assert asked == ["mlstm"]
+
+
+def _backend_compiles(fn) -> int:
+    """How many programs XLA compiles (or reads from the disk cache) while ``fn()`` runs."""
+    seen = []
+
+    def listener(event, seconds, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            seen.append(kw.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.block_until_ready(fn())
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    return len(seen)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "parallel", "chunkwise"])
+def test_a_repeated_eager_call_compiles_nothing(form):
+    """Called outside jit, each XLA form is one program: the second call with the same shapes
+    compiles nothing (a scanned form traced and compiled its scan again on every call)."""
+    keys = jax.random.split(jax.random.key(3), 5)
+    q, k, v = (jax.random.normal(key, (1, 24, 2, 8)) for key in keys[:3])
+    i, f = (jax.random.normal(key, (1, 24, 2)) for key in keys[3:])
+    call = lambda: mlstm(q, k, v, i, f, form=form, chunk_size=8)  # noqa: E731
+    call()
+    assert _backend_compiles(call) == 0
