@@ -23,7 +23,7 @@ if "xla_force_host_platform_device_count" not in _flags:
 # rounding (the tests' tolerances are for reference-vs-fast-path differences, not for code
 # generation). XLA also splits each program's LLVM module into parts compiled in parallel; on the
 # suite's two workers of two cores there is no core to spare for that, and one part compiles the
-# same kernels with less overhead (programs of a few dozen kernels compile 10-20% faster).
+# same kernels with less overhead.
 # JAXLAB_TEST_XLA_OPTIMIZE=on keeps XLA's defaults for all three. Newer XLAs drop options (JAX
 # 0.11's has no fusion-emitter switch) and abort the process on an unknown one in XLA_FLAGS, so each
 # is set only where this XLA knows it: asked once per run in a child process (the flags must be set
@@ -41,7 +41,7 @@ def _xla_knows(options: dict) -> set[str]:
     """Those of ``options`` (name: value) this jaxlib's XLA accepts as compile options (which fail
     with an error where XLA_FLAGS would abort), all asked in one child process."""
     code = (
-        "import sys, jax\n"
+        "import jax\n"
         f"for name, value in {options!r}.items():\n"
         "    try:\n"
         "        jax.jit(lambda x: x).lower(1.0).compile({name: value})\n"

@@ -16,6 +16,7 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import AxisRules, make_mesh
 from jaxlab.core.step import build_train_program
 from jaxlab.core.timing import step_seconds
+from jaxlab.testing.compiles import backend_compiles
 from jaxlab.testing.toy import ToyTask
 
 
@@ -41,23 +42,11 @@ def test_an_error_in_the_child_is_raised_here():
         run_with_devices(functools.partial(device_count_or_fail, True), 3)
 
 
-BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py
-
-
 def _train_step_compiles(fn) -> int:
     """How many times ``fn()`` has XLA compile (or read from the disk cache) a train step."""
-    seen = []
-
-    def listener(event, seconds, **kw):
-        if event == BACKEND_COMPILE and kw.get("fun_name") == "jit(train_step)":
-            seen.append(seconds)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with backend_compiles() as names:
         fn()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    return len(seen)
+    return names.count("jit(train_step)")
 
 
 def test_the_loop_and_the_timer_run_the_step_compiled_ahead_of_time(tmp_path):

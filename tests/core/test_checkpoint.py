@@ -87,9 +87,10 @@ def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shar
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax import monitoring
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+
+    from jaxlab.testing.compiles import backend_compiles
 
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     state = {f"w{i}": jnp.full((16, 3 + i), float(i)) for i in range(4)}  # 16 rows: 8 slices
@@ -99,18 +100,11 @@ def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shar
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
     )
     iterator = ToyTask().train_iterator(CFG.batch_size, 0)
-    compiles = []
-
-    def listen(event, duration, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
     ckpt = Checkpointer(tmp_path / "checkpoints")
-    monitoring.register_event_duration_secs_listener(listen)
     try:
-        ckpt.save(1, state, iterator, {"step": 1})
+        with backend_compiles() as compiles:
+            ckpt.save(1, state, iterator, {"step": 1})
     finally:
-        monitoring.unregister_event_duration_listener(listen)
         ckpt.close()
     assert compiles == []
     ckpt = Checkpointer(tmp_path / "checkpoints")

@@ -23,6 +23,7 @@ from jaxlab.nn.attention import (
     xla_chunked_attention,
 )
 from jaxlab.nn.pallas_switch import PALLAS_ENV
+from jaxlab.testing.compiles import backend_compiles
 
 
 def numpy_attention(q, k, v, causal, segment_ids=None, slopes=None):
@@ -331,16 +332,7 @@ def test_a_repeated_eager_chunked_call_compiles_nothing():
     compiles nothing (its key-chunk scan was traced and compiled again on every call)."""
     q = jax.random.normal(jax.random.key(5), (1, 48, 2, 8))
     call = lambda: xla_chunked_attention(q, q, q, causal=True, chunk_size=16)  # noqa: E731
-    jax.block_until_ready(call())
-    seen = []
-
-    def listener(event, seconds, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            seen.append(kw.get("fun_name"))
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        jax.block_until_ready(call())
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    assert seen == []
+    call()
+    with backend_compiles() as names:
+        call()
+    assert names == []

@@ -391,12 +391,12 @@ def mlstm(
     else:
         # A Python eps (the usual case) is a static argument of one jitted program; a traced one
         # (the parallel and recurrent forms take it) runs the forms as they are.
-        run = _xla_form if isinstance(eps, int | float) else _xla_form_traced
+        run = _xla_form if isinstance(eps, int | float) else _xla_form_unjitted
         h, final = run(q, k, v, i, f, state, eps, form, chunk_size, return_state)
     return (h, final) if return_state else h
 
 
-def _xla_form_traced(q, k, v, i, f, state, eps, form, chunk_size, return_state):
+def _xla_form_unjitted(q, k, v, i, f, state, eps, form, chunk_size, return_state):
     """An XLA form on ``(B, T, H, .)`` inputs; :data:`_xla_form` is this as one program."""
     # The forms run heads-first, (B, H, T, D) and (B, H, T) (module docstring, Layout).
     q, k, v, i, f = (jnp.swapaxes(x, 1, 2) for x in (q, k, v, i, f))
@@ -409,9 +409,9 @@ def _xla_form_traced(q, k, v, i, f, state, eps, form, chunk_size, return_state):
     return jnp.swapaxes(h, 1, 2), (final if return_state else None)
 
 
-# Called outside jit, a scanned form would otherwise trace and compile its scan again on every call
-# (half a second at T = 256); inside a caller's jit this is an inner call that XLA inlines.
-_xla_form = jax.jit(_xla_form_traced, static_argnums=(6, 7, 8, 9))
+# Called outside jit, a scanned form would otherwise trace and compile its scan again on every call;
+# inside a caller's jit this is an inner call that XLA inlines.
+_xla_form = jax.jit(_xla_form_unjitted, static_argnums=(6, 7, 8, 9))
 
 
 def _pallas(q, k, v, i, f, state, chunk_size, eps, return_state):

@@ -16,6 +16,7 @@ import pytest
 import jaxlab.methods.xlstm.cell as cell
 from jaxlab.core.errors import ConfigError
 from jaxlab.methods.xlstm import MLSTMState, mlstm, mlstm_step
+from jaxlab.testing.compiles import backend_compiles
 
 B, NH, DK, DV = 2, 2, 8, 4
 FORMS = ("recurrent", "parallel", "chunkwise")
@@ -302,22 +303,6 @@ def test_auto_asks_the_switch_about_the_mlstm_kernel_alone(monkeypatch):
     assert asked == ["mlstm"]
 
 
-def _backend_compiles(fn) -> int:
-    """How many programs XLA compiles (or reads from the disk cache) while ``fn()`` runs."""
-    seen = []
-
-    def listener(event, seconds, **kw):
-        if event == "/jax/core/compile/backend_compile_duration":
-            seen.append(kw.get("fun_name"))
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        jax.block_until_ready(fn())
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    return len(seen)
-
-
 @pytest.mark.parametrize("form", ["recurrent", "parallel", "chunkwise"])
 def test_a_repeated_eager_call_compiles_nothing(form):
     """Called outside jit, each XLA form is one program: the second call with the same shapes
@@ -327,4 +312,6 @@ def test_a_repeated_eager_call_compiles_nothing(form):
     i, f = (jax.random.normal(key, (1, 24, 2)) for key in keys[3:])
     call = lambda: mlstm(q, k, v, i, f, form=form, chunk_size=8)  # noqa: E731
     call()
-    assert _backend_compiles(call) == 0
+    with backend_compiles() as names:
+        call()
+    assert names == []
