@@ -27,7 +27,7 @@ from jaxlab.core.startup import StartupProfile  # noqa: E402
 
 PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else None
 
-from jaxlab.core import experiment  # noqa: E402
+from jaxlab.core import experiment, figure_helper  # noqa: E402
 from jaxlab.core.compile_cache import enable_compilation_cache  # noqa: E402
 from jaxlab.core.config import flat_keys, parse_overrides  # noqa: E402
 from jaxlab.core.environment import check_environment  # noqa: E402
@@ -91,15 +91,17 @@ def main(argv: list[str] | None = None) -> int:
                     value = getattr(value, part)
                 print(f"{key} = {value!r}")
             return 0
-        enable_compilation_cache()
-        summary = experiment.launch(
-            EXP_DIR,
-            args.exp,
-            overrides=overrides,
-            smoke=args.smoke,
-            workdir=args.workdir,
-            profile=profile,
-        )
+        # First, so that the figure helper's imports overlap everything after (figure_helper).
+        with figure_helper.drawing():
+            enable_compilation_cache()
+            summary = experiment.launch(
+                EXP_DIR,
+                args.exp,
+                overrides=overrides,
+                smoke=args.smoke,
+                workdir=args.workdir,
+                profile=profile,
+            )
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

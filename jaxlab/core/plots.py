@@ -6,18 +6,25 @@ no GUI backend is ever selected, so the same code works headless in CI, in a not
 cluster. Each kind of figure has one ``*_figure`` function that returns it, which is how the
 notebooks draw; experiments pass it to :func:`save_figure`, which writes the PNG, so experiments
 and notebooks share one style.
+
+Under ``experiments/run.py`` a helper process draws the figures
+(:func:`jaxlab.core.figure_helper.drawing`): there a ``*_figure`` function returns a
+:class:`PendingFigure`, which :func:`save_figure` has the helper draw and write, and which any other
+use draws in process first.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from jaxlab.core import figure_helper
 from jaxlab.core.metrics import write_atomically
 from jaxlab.core.scaling import PowerLawFit, predict
 
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "PendingFigure",
     "bars_figure",
     "curves_figure",
     "matrix_figure",
@@ -46,19 +54,66 @@ def _figure(**kwargs) -> Figure:
     return Figure(**kwargs)
 
 
-def save_figure(fig: Figure, path: str | os.PathLike) -> pathlib.Path:
+class PendingFigure:
+    """A ``*_figure`` call recorded while a figure helper draws (:mod:`jaxlab.core.figure_helper`).
+
+    :func:`save_figure` has the helper make the call and write the PNG; any other use (an attribute
+    of the ``Figure``) makes the call here first, so the object works as the figure it stands for.
+    """
+
+    def __init__(self, fn: Callable[..., Figure], args: tuple, kwargs: dict[str, Any]):
+        self.call = (fn, args, kwargs)
+        self.drawn: Figure | None = None
+
+    def figure(self) -> Figure:
+        """The figure, drawn in this process (once)."""
+        if self.drawn is None:
+            fn, args, kwargs = self.call
+            self.drawn = fn(*args, **kwargs)
+        return self.drawn
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and friends probe these: not the figure's
+            raise AttributeError(name)
+        return getattr(self.figure(), name)
+
+
+def _drawable(fn: Callable[..., Figure]) -> Callable[..., Figure]:
+    """``fn`` returning a :class:`PendingFigure` while a figure helper is active."""
+
+    @functools.wraps(fn)
+    def figure_or_pending(*args, **kwargs):
+        if figure_helper.active() is None:
+            return fn(*args, **kwargs)
+        return PendingFigure(fn, args, kwargs)
+
+    return figure_or_pending
+
+
+def save_figure(fig: Figure | PendingFigure, path: str | os.PathLike) -> pathlib.Path:
     """Writes ``fig`` as a PNG at ``path`` (creating parent folders, atomically:
     :func:`jaxlab.core.metrics.write_atomically`) and returns the path.
+
+    A :class:`PendingFigure` is drawn and written by the active figure helper, or here when there is
+    none or it cannot take it.
 
     Raises:
       RunError: the file cannot be written (one line naming it).
     """
     path = pathlib.Path(path)
+    if isinstance(fig, PendingFigure):
+        helper = figure_helper.active()
+        fn, args, kwargs = fig.call
+        if fig.drawn is None and helper is not None:
+            if helper.draw(fn.__name__, args, kwargs, path):
+                return path
+        fig = fig.figure()
     fig.tight_layout()
     write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=_DPI))
     return path
 
 
+@_drawable
 def curves_figure(
     series: Mapping[str, tuple[ArrayLike, ArrayLike]],
     *,
@@ -107,6 +162,7 @@ _LEGEND_ROW_CHARS = 72
 _LEGEND_PAD_CHARS = 6
 
 
+@_drawable
 def pairs_figure(
     curves: Mapping[tuple[str, str], tuple[ArrayLike, ...]],
     *,
@@ -154,6 +210,7 @@ def pairs_figure(
     return fig
 
 
+@_drawable
 def scaling_figure(
     points: Mapping[str, tuple[ArrayLike, ArrayLike]],
     fits: Mapping[str, PowerLawFit] | None,
@@ -201,6 +258,7 @@ def scaling_figure(
     return fig
 
 
+@_drawable
 def panels_figure(
     panels: Mapping[str, Mapping[str, tuple[ArrayLike, ArrayLike]]],
     *,
@@ -243,6 +301,7 @@ def panels_figure(
     return fig
 
 
+@_drawable
 def matrix_figure(
     matrix: ArrayLike,
     *,
@@ -276,6 +335,7 @@ def matrix_figure(
     return fig
 
 
+@_drawable
 def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -> Figure:
     """Horizontal bar charts side by side, one per panel (e.g. a score per method per dataset).
 
@@ -298,6 +358,7 @@ def bars_figure(panels: Mapping[str, Mapping[str, float]], *, title: str = "") -
     return fig
 
 
+@_drawable
 def traces_figure(
     traces: Mapping[str, tuple[ArrayLike, ArrayLike]],
     *,
