@@ -52,6 +52,7 @@ Plain callables on the logged rows (``hooks=``) read metrics and cannot change t
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import math
@@ -282,6 +283,9 @@ class _Progress:
     )
     t_window: float = 0.0  # when the throughput window began
     steps_in_window: int = 0
+    next_batch: dict[str, jax.Array] | None = None  # taken from the iterator for the next step
+    # Programs compiling in the background (_compile_ahead): a stage waits before its first call.
+    compiling: dict[str, concurrent.futures.Future] = dataclasses.field(default_factory=dict)
 
 
 class _Due(NamedTuple):
@@ -313,18 +317,24 @@ def _run_training(
     setup = _setup(task, cfg, mesh, rules, decay_mask, lr_groups, verbose, program)
     iterator = task.train_iterator(cfg.batch_size, cfg.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.keep_checkpoints)
+    # The first programs compile (or load from the compilation cache) in background threads while
+    # this one traces the next: tracing is Python, compiling is not (a short run's start-up).
+    compiler = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="jaxlab-compile")
     writer = None
     try:
-        program, schedule_steps, progress = _init_or_resume(setup, cfg, workdir, ckpt, iterator)
+        resumed = _resume(setup, cfg, workdir, ckpt, iterator)
+        if resumed is None:
+            program, schedule_steps = setup.program, cfg.steps
+            program.init.compile_in(compiler)
+        else:
+            program, schedule_steps, progress = resumed
+        step = 0 if resumed is None else progress.step
+        ahead = _compile_ahead(compiler, task, cfg, setup, program, iterator, step, mesh, rules)
+        if resumed is None:
+            progress = _Progress(program.init(setup.init_key), 0, {"sum": {}, "count": 0}, {}, {})
+        progress.next_batch, progress.compiling = ahead.first_batch, ahead.compiling
         start = progress.step
         writer = _open_writer(workdir, cfg, start, config_record)
-        # The state's layout does not depend on the schedule: the first program's shardings.
-        eval_step = jax.jit(
-            make_eval_step(task, program.graphdef),
-            in_shardings=(setup.program.shardings, None),
-            compiler_options=program.compiler_options,
-        )
-        eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
         run = _Run(
             cfg,
             mesh,
@@ -335,8 +345,8 @@ def _run_training(
             iterator,
             ckpt,
             writer,
-            eval_step,
-            eval_data,
+            ahead.eval_step,
+            ahead.eval_data,
             hooks,
             config_record,
         )
@@ -345,6 +355,7 @@ def _run_training(
             _step(run, progress)
             _log_eval_checkpoint(run, progress)
     finally:
+        compiler.shutdown(wait=False, cancel_futures=True)
         ckpt.close()
         if writer is not None:
             writer.close()
@@ -395,11 +406,11 @@ def _setup(
     return _Setup(build, program, init_key, step_key, num_params, unit, cfg.batch_size * units, say)
 
 
-def _init_or_resume(
+def _resume(
     setup: _Setup, cfg: TrainConfig, workdir: pathlib.Path, ckpt: Checkpointer, iterator: Any
-) -> tuple[TrainProgram, int, _Progress]:
-    """Stage 2: a fresh state, or the newest readable checkpoint (with the iterator's position, the
-    loss window and the last rows); returns the program and schedule length the run keeps."""
+) -> tuple[TrainProgram, int, _Progress] | None:
+    """Stage 2: the newest readable checkpoint (with the iterator's position, the loss window and
+    the last rows), with the program and schedule length the run keeps; None for a fresh run."""
     program = setup.program
     abstract = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
@@ -408,8 +419,7 @@ def _init_or_resume(
     )
     restored = ckpt.restore(abstract, iterator)
     if restored is None:
-        fresh = program.init(setup.init_key)
-        return program, cfg.steps, _Progress(fresh, 0, {"sum": {}, "count": 0}, {}, {})
+        return None
     start, meta = restored.step, restored.meta
     if start > cfg.steps:
         raise ConfigError(
@@ -434,6 +444,58 @@ def _init_or_resume(
     return program, schedule_steps, progress
 
 
+class _Ahead(NamedTuple):
+    """The eval step and data, and what :func:`_compile_ahead` started."""
+
+    eval_step: Callable
+    eval_data: list[Any]
+    first_batch: dict[str, jax.Array] | None  # the next step's batch, taken from the iterator
+    compiling: dict[str, concurrent.futures.Future]
+
+
+def _compile_ahead(
+    pool: concurrent.futures.Executor,
+    task: Task,
+    cfg: TrainConfig,
+    setup: _Setup,
+    program: TrainProgram,
+    iterator: Any,
+    step: int,
+    mesh: jax.sharding.Mesh,
+    rules: AxisRules,
+) -> _Ahead:
+    """Traces and lowers the train step (on the next batch) and the eval step here, and compiles
+    them in ``pool``; the stage that first calls one waits for its compile
+    (``_Progress.compiling``).
+
+    The programs are the ones the calls compile (same function, arguments, shardings and options),
+    so a call after the compile finds it in ``jax.jit``'s cache.
+    """
+    # The state's layout does not depend on the schedule: the first program's shardings.
+    eval_step = jax.jit(
+        make_eval_step(task, program.graphdef),
+        in_shardings=(setup.program.shardings, None),
+        compiler_options=program.compiler_options,
+    )
+    eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
+    if step >= cfg.steps:
+        return _Ahead(eval_step, eval_data, None, {})
+    state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        program.abstract_state,
+        program.shardings,
+    )
+    batch = global_batch(next(iterator), mesh, rules)
+    key = jax.random.fold_in(setup.step_key, step)
+    compiling = {
+        "train_step": pool.submit(program.train_step.trace(state, batch, key).lower().compile)
+    }
+    if eval_data:
+        first = global_batch(eval_data[0], mesh, rules)
+        compiling["eval_step"] = pool.submit(eval_step.trace(state, first).lower().compile)
+    return _Ahead(eval_step, eval_data, batch, compiling)
+
+
 def _open_writer(
     workdir: pathlib.Path, cfg: TrainConfig, start: int, config_record: Mapping[str, Any] | None
 ) -> MetricWriter | None:
@@ -452,8 +514,11 @@ def _open_writer(
 
 def _step(run: _Run, progress: _Progress) -> None:
     """Stage 3: one jitted train step and the state hooks due after it; nothing is read back."""
-    batch = global_batch(next(run.iterator), run.mesh, run.rules)
+    batch, progress.next_batch = progress.next_batch, None
+    if batch is None:
+        batch = global_batch(next(run.iterator), run.mesh, run.rules)
     key = jax.random.fold_in(run.setup.step_key, progress.step)
+    _compiled(progress, "train_step")
     progress.state, metrics = run.program.train_step(progress.state, batch, key)
     progress.step += 1
     progress.pending.append((progress.step, metrics, []))
@@ -506,7 +571,7 @@ def _log_eval_checkpoint(run: _Run, progress: _Progress) -> None:
     if due.log and progress.window["count"]:
         row, row_perf = _train_row(run, progress)
     if due.eval:
-        progress.last_eval = _evaluate(run, progress.state)
+        progress.last_eval = _evaluate(run, progress)
         row.update(progress.last_eval)
         shown = ", ".join(f"{name} {v:.4f}" for name, v in progress.last_eval.items())
         run.setup.say(f"  eval @ {progress.step}: {shown}", flush=True)
@@ -546,8 +611,18 @@ def _train_row(run: _Run, progress: _Progress) -> tuple[dict[str, float], dict[s
     return row, {f"{run.setup.unit}_per_second": rate}
 
 
-def _evaluate(run: _Run, state: Any) -> dict[str, float]:
+def _compiled(progress: _Progress, name: str) -> None:
+    """Waits for the background compile of program ``name`` if one was started (raising its
+    error); calls of the program then find it compiled."""
+    future = progress.compiling.pop(name, None)
+    if future is not None:
+        future.result()
+
+
+def _evaluate(run: _Run, progress: _Progress) -> dict[str, float]:
     """The mean of each eval metric over the task's eval batches, named ``eval_<metric>``."""
+    _compiled(progress, "eval_step")
+    state = progress.state
     totals: dict[str, float] = {}
     for batch in run.eval_data:
         metrics = jax.device_get(run.eval_step(state, global_batch(batch, run.mesh, run.rules)))

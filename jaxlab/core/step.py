@@ -29,6 +29,7 @@ task state): inside the scan the model is rebuilt from its arrays for every micr
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -45,6 +46,7 @@ from jaxlab.core.task import StateHook, Task, TrainState, has_task_state
 
 __all__ = [
     "STATE_FINITE",
+    "CompiledOnFirstCall",
     "TrainProgram",
     "all_finite",
     "build_train_program",
@@ -218,7 +220,8 @@ class TrainProgram(NamedTuple):
       schedule: the learning-rate schedule.
       graphdef, abstract_state: the split train state's graph and shapes.
       shardings: ``NamedSharding`` s of the train state on the mesh.
-      init: jitted ``key -> state``, the state created with its shardings.
+      init: ``key -> state``, the state created with its shardings (a
+        :class:`CompiledOnFirstCall`).
       train_step: jitted, donating ``(state, batch, key) -> (state, metrics)``.
       hook_steps: ``(hook, jitted donating (state, step) -> (state, finite))`` per state hook.
       compiler_options: the XLA options every program above is compiled with (None: XLA's
@@ -229,23 +232,32 @@ class TrainProgram(NamedTuple):
     graphdef: Any
     abstract_state: Any
     shardings: Any
-    init: Callable[[jax.Array], Any]
+    init: CompiledOnFirstCall
     train_step: Callable
     hook_steps: tuple[tuple[StateHook, Callable], ...]
     compiler_options: Mapping[str, Any] | None = None
 
 
-def _compiled_on_first_call(traced: jax.stages.Traced, options) -> Callable:
-    """``traced``'s program as a function, compiled with ``options`` when first called (a resumed
-    run restores its state and never calls it)."""
-    compiled = []
+class CompiledOnFirstCall:
+    """A traced program as a function, compiled with ``options`` when first called (a resumed run
+    restores its state and never calls it), or ahead of that in a background thread
+    (:meth:`compile_in`)."""
 
-    def run(*args):
-        if not compiled:
-            compiled.append(compile_lowered(traced.lower(), options))
-        return compiled[0](*args)
+    def __init__(self, traced: jax.stages.Traced, options: Mapping[str, Any] | None):
+        self._traced, self._options = traced, options
+        self._compiled: Any = None  # the compiled program, or the Future of its compile
 
-    return run
+    def compile_in(self, pool: concurrent.futures.Executor) -> None:
+        """Lowers the program here and compiles it in ``pool``; the first call waits for it."""
+        if self._compiled is None:
+            self._compiled = pool.submit(compile_lowered, self._traced.lower(), self._options)
+
+    def __call__(self, *args: Any) -> Any:
+        if self._compiled is None:
+            self._compiled = compile_lowered(self._traced.lower(), self._options)
+        elif isinstance(self._compiled, concurrent.futures.Future):
+            self._compiled = self._compiled.result()
+        return self._compiled(*args)
 
 
 def build_train_program(
@@ -293,7 +305,7 @@ def build_train_program(
     options = None
     if compiler_options is not None:
         options = compiler_options(sum(leaf.size for leaf in jax.tree.leaves(abstract_state)))
-    init = _compiled_on_first_call(traced, options)
+    init = CompiledOnFirstCall(traced, options)
     train_step = jax.jit(
         make_train_step(task, graphdef, cfg.grad_accum_steps),
         in_shardings=(shardings, None, None),

@@ -1,6 +1,7 @@
 """The training loop on a toy task: determinism, resume, non-finite guards, damaged checkpoints,
 the schedule of an extended run."""
 
+import collections
 import dataclasses
 import json
 import shutil
@@ -16,6 +17,7 @@ from jaxlab.core.mesh import AxisRules, make_mesh
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.optim import make_schedule
 from jaxlab.core.step import build_train_program
+from jaxlab.testing.compiles import backend_compiles
 from jaxlab.testing.toy import ToyTask
 
 CFG = TrainConfig(
@@ -75,6 +77,20 @@ def test_a_handed_program_trains_every_seed_as_the_loops_own_build(reference, tm
     run_training(ToyTask(), seed1, tmp_path / "own", verbose=False)
     assert _losses(tmp_path / "seed1") == _losses(tmp_path / "own")
     assert _losses(tmp_path / "seed1") != _losses(reference[0])
+
+
+def test_each_program_of_a_run_compiles_once(reference, tmp_path):
+    """The init, train and eval programs compile in background threads while the run traces the
+    next; the steps then call those very programs (none compiles twice), fresh and resumed (with
+    its own program: the schedule keeps the first run's length)."""
+    with backend_compiles() as fresh:
+        run_training(ToyTask(), dataclasses.replace(CFG, steps=4), tmp_path, verbose=False)
+    with backend_compiles() as resumed:
+        run_training(ToyTask(), CFG, tmp_path, verbose=False)
+    fresh, resumed = collections.Counter(fresh), collections.Counter(resumed)
+    assert fresh["jit(init_state)"] == fresh["jit(train_step)"] == fresh["jit(eval_step)"] == 1
+    assert resumed["jit(init_state)"] == 0
+    assert resumed["jit(train_step)"] == resumed["jit(eval_step)"] == 1
 
 
 def test_resume_from_middle_checkpoint_matches(reference, tmp_path):
