@@ -4,7 +4,9 @@ Importing matplotlib's figure machinery is a noticeable part of a short run's st
 README, "Start-up"), yet a run draws its figures only at its end. ``experiments/run.py`` therefore
 opens :func:`drawing` before it imports JAX: a child Python process starts, imports matplotlib and
 :mod:`jaxlab.core.plots` and draws one throw-away figure (fonts, layout), on another core while the
-run imports JAX and trains. Inside the block the ``*_figure`` functions of :mod:`jaxlab.core.plots`
+run imports JAX and trains (the child runs :func:`jaxlab.core.plots.serve_figure_helper`, which
+hands its drawing to :func:`serve`; this module never imports :mod:`jaxlab.core.plots`, which
+imports it). Inside the block the ``*_figure`` functions of :mod:`jaxlab.core.plots`
 return a :class:`~jaxlab.core.plots.PendingFigure` (the call, not yet made), and
 :func:`~jaxlab.core.plots.save_figure` sends it to the helper, which makes the same call and writes
 the same PNG through the same :func:`~jaxlab.core.plots.save_figure`; it returns once the file is
@@ -30,12 +32,13 @@ import pathlib
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jaxlab.core.errors import RunError
 
-__all__ = ["FigureHelper", "active", "drawing"]
+__all__ = ["FigureHelper", "active", "drawing", "serve"]
 
 # Where jaxlab is imported from (a checkout or site-packages): the helper imports the same copy.
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
@@ -55,9 +58,10 @@ class FigureHelper:
         code = (
             "import gc; gc.set_threshold(50_000, *gc.get_threshold()[1:]); "
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
-            "from jaxlab.core.figure_helper import serve; serve()"
+            "from jaxlab.core.plots import serve_figure_helper; serve_figure_helper()"
         )
         self.drawn = 0
+        self._lock = threading.Lock()  # one request and its reply at a time
         try:
             self._proc: subprocess.Popen | None = subprocess.Popen(
                 [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -75,7 +79,8 @@ class FigureHelper:
         at ``path``; True once it is written, False when the caller must draw it instead.
 
         Raises:
-          RunError: ``path`` cannot be written (the message :func:`save_figure` gives).
+          RunError: ``path`` cannot be written (the message
+            :func:`~jaxlab.core.plots.save_figure` gives).
         """
         if self._proc is None:
             return False
@@ -83,13 +88,16 @@ class FigureHelper:
             request = pickle.dumps((name, args, dict(kwargs), str(path)))
         except Exception:  # noqa: BLE001 (an argument that does not pickle: drawn in process)
             return False
-        try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-            status, message = pickle.load(self._proc.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            self.close()  # the helper is gone: this figure and the later ones are drawn in process
-            return False
+        with self._lock:
+            try:
+                self._proc.stdin.write(request)
+                self._proc.stdin.flush()
+                status, message = pickle.load(self._proc.stdout)
+            except (AttributeError, OSError, EOFError, pickle.UnpicklingError):
+                # The helper is gone (or closed meanwhile): this figure and the later ones are
+                # drawn in process.
+                self.close()
+                return False
         if status == "ok":
             self.drawn += 1
             return True
@@ -135,22 +143,16 @@ def drawing() -> Iterator[FigureHelper]:
         helper.close()
 
 
-def serve() -> None:
-    """The helper's main loop: imports matplotlib, then draws what the requests on stdin ask.
+def serve(draw: Callable[[str, tuple, dict[str, Any], str], None]) -> None:
+    """The helper's main loop: ``draw(name, args, kwargs, path)`` for each request on stdin.
 
-    Replies go to the original standard output; anything else written to it (a library's print)
-    goes to standard error instead, so that the reply pipe carries only replies.
+    The helper process runs :func:`jaxlab.core.plots.serve_figure_helper`, which warms matplotlib
+    up and passes its drawing function here. Replies go to the original standard output; anything
+    else written to it (a library's print) goes to standard error instead, so that the reply pipe
+    carries only replies. Returns never: the process exits when its input closes.
     """
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    import io
-
-    from jaxlab.core import plots
-
-    # Warm up: matplotlib's figure modules, the Agg canvas, a font and the layout code.
-    warm = plots.curves_figure({"a": ([0, 1], [0, 1])}, xlabel="x", ylabel="y", title="t")
-    warm.tight_layout()
-    warm.savefig(io.BytesIO(), format="png", dpi=plots._DPI)
     requests = sys.stdin.buffer
     while True:
         try:
@@ -158,7 +160,7 @@ def serve() -> None:
         except (EOFError, OSError, pickle.UnpicklingError):
             break
         try:
-            plots.save_figure(getattr(plots, name)(*args, **kwargs), path)
+            draw(name, args, kwargs, path)
             reply = ("ok", "")
         except RunError as err:
             reply = ("run_error", str(err))

@@ -8,10 +8,11 @@ change (the train state, the step, metrics not yet read back, the loss window, t
 1. *setup* (``run_training``, ``_setup``) — multi-process start-up if asked, the workdir (checked,
    then locked for the run), the mesh, the optimizer (the task's own, or AdamW from
    :class:`~jaxlab.core.config.TrainConfig`);
-2. *init or resume* (``_init_or_resume``) — model, optimizer and task state are created inside
-   ``jax.jit`` with ``out_shardings`` from their logical axis names, or restored from the newest
-   readable checkpoint together with the data-iterator position and the loss-window accumulators
-   (the RNG key is rebuilt from the recorded seed);
+2. *init or resume* (``_resume``, ``_compile_ahead``) — model, optimizer and task state are
+   created inside ``jax.jit`` with ``out_shardings`` from their logical axis names, or restored
+   from the newest readable checkpoint together with the data-iterator position and the
+   loss-window accumulators (the RNG key is rebuilt from the recorded seed); the init, train and
+   eval programs compile in background threads while the next one is traced;
 3. *steps* (``_step``) — a jitted, donating train step over ``(state, batch, key)`` (gradient
    accumulation over micro-batches inside it when ``train.grad_accum_steps > 1``), then the task's
    every-k-steps state hooks; the per-step key is ``fold_in(seed_key, step)``, so a resumed run

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PendingFigure",
+    "serve_figure_helper",
     "bars_figure",
     "curves_figure",
     "matrix_figure",
@@ -76,6 +77,22 @@ class PendingFigure:
         if name.startswith("__"):  # copy, pickle and friends probe these: not the figure's
             raise AttributeError(name)
         return getattr(self.figure(), name)
+
+
+def serve_figure_helper() -> None:
+    """The figure helper process's entry point (:mod:`jaxlab.core.figure_helper`): imports
+    matplotlib and draws one throw-away figure (fonts, layout), then saves each requested figure
+    with :func:`save_figure` until the run's process closes the helper's input."""
+    import io
+
+    warm = curves_figure({"a": ([0, 1], [0, 1])}, xlabel="x", ylabel="y", title="t")
+    warm.tight_layout()
+    warm.savefig(io.BytesIO(), format="png", dpi=_DPI)
+
+    def draw(name: str, args: tuple, kwargs: dict[str, Any], path: str) -> None:
+        save_figure(globals()[name](*args, **kwargs), path)
+
+    figure_helper.serve(draw)
 
 
 def _drawable(fn: Callable[..., Figure]) -> Callable[..., Figure]:

@@ -32,7 +32,7 @@ def _check_png(path):
 def test_one_function_per_figure_kind_and_one_saver():
     kinds = ("bars", "curves", "matrix", "pairs", "panels", "scaling", "traces")
     assert sorted(plots.__all__) == sorted(
-        [*(f"{k}_figure" for k in kinds), "save_figure", "PendingFigure"]
+        [*(f"{k}_figure" for k in kinds), "save_figure", "PendingFigure", "serve_figure_helper"]
     )
     assert not [n for n in dir(plots) if n.startswith("plot_")]  # no writer beside each figure
 
