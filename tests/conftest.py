@@ -67,6 +67,10 @@ if os.environ.get("JAXLAB_TEST_XLA_OPTIMIZE", "").lower() != "on" and not os.env
     os.environ[_CHECKED] = "1"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The runner's figure helper (jaxlab.core.figure_helper) trades a core's time for the run's wall
+# time; the suite's workers already fill both cores and start the runner many times, so it is off
+# here, and on where it is tested: tests/core/test_figure_helper.py and one runner test.
+os.environ.setdefault("JAXLAB_FIGURE_HELPER", "off")
 os.environ.setdefault("WANDB_SILENT", "true")
 # run.py turns JAX's persistent compilation cache on in the user's cache directory; tests (and the
 # experiments/run.py processes they start) must not write there. They share one cache of their own

@@ -4,8 +4,10 @@ jaxlab reads a few settings from the environment rather than from a config, beca
 the machine or the launcher, not to the run: how many processes a multi-host run has
 (``JAXLAB_NUM_PROCESSES``, ``JAXLAB_PROCESS_ID``, ``JAXLAB_COORDINATOR``, or
 ``JAXLAB_DISTRIBUTED=auto``), whether ``"auto"`` dispatches may pick the Pallas kernels
-(``JAXLAB_PALLAS``), where JAX's compilation cache lives (``JAXLAB_COMPILATION_CACHE``) and whether
-the notebooks run at smoke size (``JAXLAB_SMOKE``). Every reader goes through the parsers here, so
+(``JAXLAB_PALLAS``), where JAX's compilation cache lives (``JAXLAB_COMPILATION_CACHE``), whether
+``experiments/run.py`` draws its figures in a helper process (``JAXLAB_FIGURE_HELPER``, on by
+default; :mod:`jaxlab.core.figure_helper`) and whether the notebooks run at smoke size
+(``JAXLAB_SMOKE``). Every reader goes through the parsers here, so
 a value that does not parse is a :class:`~jaxlab.core.errors.ConfigError` naming the variable, its
 value and what it accepts, from library code as from ``experiments/run.py``, which checks them all
 with :func:`check_environment` before it starts anything. Booleans are booleans everywhere:
@@ -23,6 +25,7 @@ from jaxlab.core.errors import ConfigError
 
 __all__ = [
     "COMPILATION_CACHE",
+    "FIGURE_HELPER",
     "Distributed",
     "check_environment",
     "compilation_cache_setting",
@@ -43,6 +46,7 @@ COORDINATOR = "JAXLAB_COORDINATOR"
 DISTRIBUTED = "JAXLAB_DISTRIBUTED"
 PALLAS = "JAXLAB_PALLAS"
 COMPILATION_CACHE = "JAXLAB_COMPILATION_CACHE"
+FIGURE_HELPER = "JAXLAB_FIGURE_HELPER"
 SMOKE = "JAXLAB_SMOKE"
 
 
@@ -215,4 +219,5 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
     distributed_settings(env)
     env_switch(PALLAS, env=env)
     env_flag(SMOKE, env=env)
+    env_flag(FIGURE_HELPER, default=True, env=env)
     compilation_cache_setting(env)

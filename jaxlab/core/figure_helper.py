@@ -20,8 +20,10 @@ cannot be written is the same one-line :class:`~jaxlab.core.errors.RunError` eit
 :func:`drawing` (notebooks, tests, a user's own code) nothing of this is used.
 
 The two processes speak pickles over the helper's standard input and output: one request
-``(function name, args, kwargs, path)``, one reply ``(status, message)``. The helper exits when its
-input closes, which happens when the block ends or the run's process ends, however it ends.
+``(function name, args, kwargs, path)``, one reply ``(status, message)``. The block's end stops the
+helper at once (every request has had its reply by then, so nothing is cut short, and a run that
+ended early does not wait for matplotlib's import); if the run's process ends otherwise, the
+helper exits when its input closes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from jaxlab.core.environment import FIGURE_HELPER, env_flag
 from jaxlab.core.errors import RunError
 
 __all__ = ["FigureHelper", "active", "drawing", "serve"]
@@ -106,19 +109,17 @@ class FigureHelper:
         return False  # drawing failed there: the caller draws it, and raises the same error
 
     def close(self) -> None:
-        """Ends the helper (its input closes and it exits) and waits for it briefly."""
+        """Ends the helper now. Every request has had its reply, so nothing is lost; a helper
+        still importing matplotlib (a run that ended early) is not waited for."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        for pipe in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
         with contextlib.suppress(OSError):
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            proc.stdout.close()
+        proc.wait()
 
 
 def active() -> FigureHelper | None:
@@ -128,12 +129,21 @@ def active() -> FigureHelper | None:
 
 
 @contextlib.contextmanager
-def drawing() -> Iterator[FigureHelper]:
+def drawing() -> Iterator[FigureHelper | None]:
     """Starts a :class:`FigureHelper`; figures saved inside the block are drawn by it.
 
     Start it as early as possible: the helper's imports overlap whatever the process does next.
+    ``JAXLAB_FIGURE_HELPER=off`` starts none (the block yields None and figures are drawn in
+    process): a helper spends a core's time on its imports, which a machine with one core, or one
+    that runs many short runs side by side (a test suite), may not have to spare.
+
+    Raises:
+      ConfigError: ``JAXLAB_FIGURE_HELPER`` is not a boolean.
     """
     global _ACTIVE
+    if not env_flag(FIGURE_HELPER, default=True):
+        yield None
+        return
     helper, previous = FigureHelper(), _ACTIVE
     _ACTIVE = helper
     try:

@@ -47,6 +47,8 @@ BAD = [
      "JAXLAB_PALLAS='fast' must be auto, or 1/true/yes/on or 0/false/no/off"),
     ("smoke", {"JAXLAB_SMOKE": "2"},
      "JAXLAB_SMOKE='2' is not a boolean; use 1/true/yes/on or 0/false/no/off"),
+    ("figure-helper", {"JAXLAB_FIGURE_HELPER": "later"},
+     "JAXLAB_FIGURE_HELPER='later' is not a boolean; use 1/true/yes/on or 0/false/no/off"),
     ("cache-is-a-file", {"JAXLAB_COMPILATION_CACHE": "{file}"},
      "JAXLAB_COMPILATION_CACHE='{file}' is a file; give a directory, or off"),
     ("cache-below-a-file", {"JAXLAB_COMPILATION_CACHE": "{file}/jax"},

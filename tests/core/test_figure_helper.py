@@ -17,6 +17,11 @@ SERIES = {"train": (STEPS, 3.0 / np.sqrt(STEPS)), "eval": (STEPS[::5], 3.2 / np.
 KW = {"xlabel": "step", "ylabel": "loss", "title": "loss", "logy": True, "hlines": {"floor": 0.4}}
 
 
+@pytest.fixture(autouse=True)
+def helper_on(monkeypatch):
+    monkeypatch.setenv("JAXLAB_FIGURE_HELPER", "on")  # the suite turns it off (tests/conftest.py)
+
+
 class _NoPickle(float):
     def __reduce__(self):
         raise TypeError("not picklable")
@@ -38,9 +43,26 @@ def test_the_helper_draws_the_same_png_as_this_process(tmp_path):
         pixels = matplotlib.image.imread(b)
         assert pixels[..., :3].std() > 0.01
         np.testing.assert_array_equal(pixels, matplotlib.image.imread(a))
-    # The block's end closes the helper's input, and it exits.
-    assert proc.poll() == 0 and figure_helper.active() is None
+    # The block's end stops the helper (reaped: nothing is left running).
+    assert proc.poll() is not None and figure_helper.active() is None
     assert not isinstance(curves_figure(SERIES, **KW), PendingFigure)
+
+
+def test_off_starts_no_helper_and_figures_are_drawn_here(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXLAB_FIGURE_HELPER", "off")
+    with figure_helper.drawing() as helper:
+        assert helper is None and figure_helper.active() is None
+        fig = curves_figure(SERIES, **KW)
+        assert not isinstance(fig, PendingFigure)
+        save_figure(fig, tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 5_000
+
+
+def test_a_block_that_draws_nothing_stops_its_helper():
+    with figure_helper.drawing() as helper:
+        proc = helper._proc
+        assert proc.poll() is None  # starting: importing matplotlib
+    assert proc.poll() is not None and not helper.alive
 
 
 def test_a_dead_helper_leaves_the_figures_to_this_process(tmp_path):

@@ -28,6 +28,27 @@ def test_list_shows_every_experiment_with_its_claim(run_main, capsys, repo_root)
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
 
 
+def test_the_runner_has_its_figures_drawn_by_the_helper(run_main, monkeypatch, tmp_path):
+    """With ``JAXLAB_FIGURE_HELPER`` on (the default outside the suite) the run's figure is written
+    by the helper process (that it draws the same pixels: tests/core/test_figure_helper.py)."""
+    from jaxlab.core import figure_helper
+
+    monkeypatch.setenv("JAXLAB_FIGURE_HELPER", "on")
+    written = []
+    draw = figure_helper.FigureHelper.draw
+
+    def spy(self, name, args, kwargs, path):
+        done = draw(self, name, args, kwargs, path)
+        written.append((name, path.name, done))
+        return done
+
+    monkeypatch.setattr(figure_helper.FigureHelper, "draw", spy)
+    assert run_main([*SMOKE4, "--set", "train.steps=2", "--workdir", str(tmp_path)]) == 0
+    assert written == [("curves_figure", "val_bits_per_byte.png", True)]
+    assert (tmp_path / "val_bits_per_byte.png").stat().st_size > 1000
+    assert figure_helper.active() is None  # stopped with the run
+
+
 @pytest.fixture(scope="module")
 def finished(run_main, tmp_path_factory):
     """A finished 4-step ``lm_baseline --smoke`` run to copy into cases that resume one."""
