@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import gc
 import os
 import pathlib
 import sys
@@ -24,7 +23,7 @@ EXP_DIR = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installing, too.
 
 # Before the heavy imports, so that --profile-startup can time them.
-from jaxlab.core.startup import StartupProfile  # noqa: E402
+from jaxlab.core.startup import StartupProfile, raise_gc_threshold  # noqa: E402
 
 PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else None
 
@@ -153,14 +152,6 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-# Python's cyclic garbage collector runs a collection every 700 net allocations of container
-# objects by default; importing JAX, Flax and orbax and tracing the first programs allocate
-# millions, so a short run spent a noticeable part of its start-up in collections that found
-# little (the root README, "Start-up"). The command line collects every 50,000 instead; the
-# older generations keep their default ratios, and ``main`` called from Python leaves the
-# caller's settings alone.
-GC_THRESHOLD = 50_000
-
 if __name__ == "__main__":
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    raise_gc_threshold()  # only the command line: main() called from Python leaves it
     exit_now(main())

@@ -7,16 +7,15 @@ floats enabled (solvers compare against float64 references); everything else run
 32-bit mode.
 """
 
-import gc
 import os
 import shutil
 import subprocess
 import sys
 
-# The cyclic garbage collector's first threshold raised as experiments/run.py raises it: tracing
-# and compiling allocate millions of objects, and the default threshold (700) made the workers
-# run many collections that found little.
-gc.set_threshold(50_000, *gc.get_threshold()[1:])
+from jaxlab.core.startup import raise_gc_threshold
+
+# The workers trace and compile as a run's start does (jaxlab.core.startup.GC_THRESHOLD).
+raise_gc_threshold()
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")

@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxlab.core.errors import RunError
 from jaxlab.core.flops import compiled_flops
 from jaxlab.core.mesh import AxisRules, batch_sharding
-from jaxlab.core.step import TrainProgram
+from jaxlab.core.step import TrainProgram, sharded_shapes
 
 __all__ = ["compile_train_step", "run_with_devices"]
 
@@ -72,11 +72,7 @@ def compile_train_step(
       optimizer update; :func:`jaxlab.core.flops.compiled_flops`), and the lowering and compile
       seconds.
     """
-    state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        program.abstract_state,
-        program.shardings,
-    )
+    state = sharded_shapes(program.abstract_state, program.shardings)
     batch = {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh, rules, len(shape)))
         for name, (shape, dtype) in batch_shapes.items()

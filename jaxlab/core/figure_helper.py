@@ -57,10 +57,9 @@ class FigureHelper:
     """
 
     def __init__(self) -> None:
-        # (The collector's first threshold raised as in experiments/run.py: imports go faster.)
         code = (
-            "import gc; gc.set_threshold(50_000, *gc.get_threshold()[1:]); "
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
+            "from jaxlab.core.startup import raise_gc_threshold; raise_gc_threshold(); "
             "from jaxlab.core.plots import serve_figure_helper; serve_figure_helper()"
         )
         self.drawn = 0

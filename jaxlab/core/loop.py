@@ -87,6 +87,7 @@ from jaxlab.core.step import (
     create_state,
     make_eval_step,
     make_train_step,
+    sharded_shapes,
 )
 from jaxlab.core.task import StateHook, Task, TrainState, units_per_example
 from jaxlab.core.workdir import prepare_workdir, workdir_lock
@@ -413,11 +414,7 @@ def _resume(
     """Stage 2: the newest readable checkpoint (with the iterator's position, the loss window and
     the last rows), with the program and schedule length the run keeps; None for a fresh run."""
     program = setup.program
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        program.abstract_state,
-        program.shardings,
-    )
+    abstract = sharded_shapes(program.abstract_state, program.shardings)
     restored = ckpt.restore(abstract, iterator)
     if restored is None:
         return None
@@ -481,11 +478,7 @@ def _compile_ahead(
     eval_data = task.eval_batches(cfg.batch_size, cfg.eval_batches)
     if step >= cfg.steps:
         return _Ahead(eval_step, eval_data, None, {})
-    state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        program.abstract_state,
-        program.shardings,
-    )
+    state = sharded_shapes(program.abstract_state, program.shardings)
     batch = global_batch(next(iterator), mesh, rules)
     key = jax.random.fold_in(setup.step_key, step)
     compiling = {

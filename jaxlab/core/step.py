@@ -55,6 +55,7 @@ __all__ = [
     "make_hook_step",
     "make_train_step",
     "merge_state",
+    "sharded_shapes",
     "split_state",
     "task_loss",
     "task_optimizer",
@@ -106,6 +107,16 @@ def task_loss(task: Task) -> Callable:
     if has_task_state(task):
         return task.loss
     return lambda model, batch, key, task_state: (*task.loss(model, batch, key), task_state)
+
+
+def sharded_shapes(abstract: Any, shardings: Any) -> Any:
+    """``abstract``'s shapes and dtypes as ``jax.ShapeDtypeStruct`` s with ``shardings`` (a tree of
+    the same structure): what ``jit(...).trace``, ``.lower`` and orbax's restore take for a state
+    that lives on those shardings, e.g. ``sharded_shapes(program.abstract_state,
+    program.shardings)``."""
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
 
 
 def all_finite(tree: Any) -> jax.Array:

@@ -59,7 +59,7 @@ from jaxlab.core.config import TrainConfig, check
 from jaxlab.core.errors import RunError
 from jaxlab.core.mesh import AxisRules, make_mesh, state_shardings
 from jaxlab.core.optim import default_decay_mask, make_optimizer, make_schedule
-from jaxlab.core.step import create_state, merge_state
+from jaxlab.core.step import create_state, merge_state, sharded_shapes
 from jaxlab.data.batching import index_batch_dataset
 from jaxlab.data.captions import CaptionPairs, zero_shot_prompts
 from jaxlab.methods.drrho_clip import distributed as D
@@ -388,9 +388,7 @@ def restore_model(task: CLIPTask, cfg: TrainConfig, workdir: str | pathlib.Path)
     key = jax.random.split(jax.random.key(cfg.seed))[0]  # the loop's init key
     graphdef, abstract = jax.eval_shape(functools.partial(create_state, task, tx), key)
     shardings = state_shardings(abstract, make_mesh(), AxisRules())
-    abstract = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
-    )
+    abstract = sharded_shapes(abstract, shardings)
     ckpt = Checkpointer(pathlib.Path(workdir) / "checkpoints")
     try:
         restored = ckpt.restore(abstract, task.train_iterator(cfg.batch_size, cfg.seed))
