@@ -20,6 +20,7 @@ from jaxtyping import Int
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.batching import index_batch_dataset
 from jaxlab.data.corpus import KJV_VALIDATION_BOOKS, load_documents, load_kjv_books
+from jaxlab.data.shards import pack_rows
 
 __all__ = [
     "BOS",
@@ -53,30 +54,23 @@ def pack_documents(docs: list[bytes], seq_len: int) -> Rows:
         the tail of the stream that does not fill a row is dropped.
 
     Raises:
-        ConfigError: If ``seq_len`` is not positive or the documents do not fill one row.
+        ConfigError: If ``seq_len`` is not positive, a document contains byte 0, or the documents
+            do not fill one row.
     """
     if seq_len < 1:
         raise ConfigError(f"seq_len must be positive, got {seq_len}")
     width = seq_len + 1
-    lengths = np.array([len(d) + 1 for d in docs], np.int64)  # +1 for each document's BOS
-    total = int(lengths.sum())
-    num_rows = total // width
-    if num_rows == 0:
-        raise ConfigError(f"{total} tokens ({len(docs)} documents) do not fill one row of {width}")
+    for i, doc in enumerate(docs):
+        if bytes([BOS]) in doc:
+            raise ConfigError(f"document {i} contains byte {BOS} (BOS); remove it from the text")
     stream = np.frombuffer(b"".join(b"\x00" + d for d in docs), np.uint8)
-    n = num_rows * width
-    doc_id = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)[:n].reshape(num_rows, width)
-    starts = np.cumsum(lengths) - lengths
-    pos = (np.arange(n, dtype=np.int64) - np.repeat(starts, lengths)[:n]).reshape(num_rows, width)
-    # Re-base per row: the first document in a row is segment 1, and a document carried over from
-    # the previous row counts its positions from the row start.
-    first = doc_id[:, :1]
-    pos = np.where(doc_id == first, pos - pos[:, :1], pos)
-    return {
-        "tokens": stream[:n].reshape(num_rows, width).astype(np.int32),
-        "segment_ids": (doc_id - first + 1).astype(np.int32),
-        "positions": pos.astype(np.int32),
-    }
+    num_rows = len(stream) // width
+    if num_rows == 0:
+        raise ConfigError(
+            f"{len(stream)} tokens ({len(docs)} documents) do not fill one row of {width}"
+        )
+    # The same segment ids and positions as token shards' rows (one rule for both sources).
+    return pack_rows(stream[: num_rows * width].reshape(num_rows, width), BOS)
 
 
 def unpack_row(tokens: Int[np.ndarray, " T1"]) -> list[bytes]:

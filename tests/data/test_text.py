@@ -43,6 +43,14 @@ def test_hand_made_packing():
         assert array.dtype == np.int32
 
 
+def test_packing_refuses_a_document_holding_bos():
+    # A stray byte 0 would start a segment inside the document: refused, naming the document.
+    with pytest.raises(ConfigError, match="document 1 contains byte 0"):
+        text.pack_documents([b"abcde", b"xy\x00z"], seq_len=2)
+    with pytest.raises(ConfigError, match="do not fill one row"):
+        text.pack_documents([b"ab"], seq_len=8)
+
+
 def test_packing_round_trips_the_corpus(kjv_train):
     docs = kjv_train[:5]
     rows = text.pack_documents(docs, seq_len=127)
