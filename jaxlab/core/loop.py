@@ -480,7 +480,7 @@ def _compile_ahead(
         return _Ahead(eval_step, eval_data, None, {})
     state = sharded_shapes(program.abstract_state, program.shardings)
     batch = global_batch(next(iterator), mesh, rules)
-    key = jax.random.fold_in(setup.step_key, step)
+    key = _step_key(setup.step_key, step)
     compiling = {
         "train_step": pool.submit(program.train_step.trace(state, batch, key).lower().compile)
     }
@@ -506,12 +506,24 @@ def _open_writer(
     )
 
 
+@functools.cache
+def _fold_in() -> Callable[[jax.Array, np.uint32], jax.Array]:
+    return small_jit(jax.random.fold_in)
+
+
+def _step_key(step_key: jax.Array, step: int) -> jax.Array:
+    """Step ``step``'s key, ``fold_in(step_key, step)``, as one small program: eagerly it is two
+    dispatches (the step made an array, then the fold) over every device of the mesh, which on 8
+    CPU devices cost more than a small model's whole step."""
+    return _fold_in()(step_key, np.uint32(step))
+
+
 def _step(run: _Run, progress: _Progress) -> None:
     """Stage 3: one jitted train step and the state hooks due after it; nothing is read back."""
     batch, progress.next_batch = progress.next_batch, None
     if batch is None:
         batch = global_batch(next(run.iterator), run.mesh, run.rules)
-    key = jax.random.fold_in(run.setup.step_key, progress.step)
+    key = _step_key(run.setup.step_key, progress.step)
     _compiled(progress, "train_step")
     progress.state, metrics = run.program.train_step(progress.state, batch, key)
     progress.step += 1

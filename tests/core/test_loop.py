@@ -60,6 +60,28 @@ def test_same_seed_same_metrics(reference, tmp_path):
     assert _losses(tmp_path) == _losses(reference[0])
 
 
+class _KeyEcho(ToyTask):
+    """Reports a uniform draw from the key its loss is given (evaluation passes none)."""
+
+    def loss(self, model, batch, key=None):
+        objective, metrics = super().loss(model, batch, key)
+        return objective, {**metrics, "draw": 0.0 if key is None else jax.random.uniform(key)}
+
+
+def test_step_n_trains_with_fold_in_of_the_seeds_second_key(tmp_path):
+    # The documented keys: split(key(seed)) gives the init key and the step key; step n (counted
+    # from 0) gets fold_in(step key, n). Steps 4-6 are trained after a resume from step 4.
+    cfg = dataclasses.replace(CFG, steps=6, log_every=1, seed=3)
+    run_training(_KeyEcho(), dataclasses.replace(cfg, steps=4), tmp_path, verbose=False)
+    run_training(_KeyEcho(), cfg, tmp_path, verbose=False)
+    step_key = jax.random.split(jax.random.key(3))[1]
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for row in rows:
+        want = float(jax.random.uniform(jax.random.fold_in(step_key, row["step"] - 1)))
+        assert row["draw"] == pytest.approx(want, rel=1e-6)
+
+
 def _program(task, cfg):
     """``task``'s program for ``cfg`` on the loop's default mesh, built as a caller builds it."""
     mesh, rules = make_mesh(), AxisRules()
