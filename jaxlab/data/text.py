@@ -7,15 +7,17 @@ so each row gives ``seq_len`` next-token predictions. Beside the tokens it keeps
 (documents within a row numbered from 1, for attention masking) and ``positions`` (offset from the
 document's BOS, for position embeddings). A document carried over from the previous row gets
 segment id 1 and positions restarting at 0 at the row start, so positions stay below
-``seq_len + 1`` and a row never refers to context it cannot see. :func:`unigram_entropy_bits` is the
-floor a model must beat: a model that ignores context scores exactly that many bits per byte.
+``seq_len + 1`` and a row never refers to context it cannot see. Since both follow from the row's
+tokens alone, :func:`pack_tokens` keeps only the tokens and the batches derive the rest row by row.
+:func:`unigram_entropy_bits` is the floor a model must beat: a model that ignores context scores
+exactly that many bits per byte.
 """
 
 from __future__ import annotations
 
 import grain
 import numpy as np
-from jaxtyping import Int
+from jaxtyping import Int, UInt8
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.data.batching import index_batch_dataset
@@ -30,6 +32,7 @@ __all__ = [
     "load_documents",
     "load_kjv_books",
     "pack_documents",
+    "pack_tokens",
     "text_dataset",
     "unigram_entropy_bits",
     "unpack_row",
@@ -57,6 +60,20 @@ def pack_documents(docs: list[bytes], seq_len: int) -> Rows:
         ConfigError: If ``seq_len`` is not positive, a document contains byte 0, or the documents
             do not fill one row.
     """
+    # The same segment ids and positions as token shards' rows (one rule for both sources).
+    return pack_rows(pack_tokens(docs, seq_len), BOS)
+
+
+def pack_tokens(docs: list[bytes], seq_len: int) -> UInt8[np.ndarray, "N T1"]:
+    """The ``tokens`` of :func:`pack_documents` alone, as bytes: ``(N, seq_len + 1)`` uint8.
+
+    A row's segment ids and positions follow from its tokens (:func:`jaxlab.data.shards.pack_rows`),
+    so :func:`text_dataset` and :func:`eval_batches` also take ``{"tokens": pack_tokens(...)}`` and
+    derive them batch by batch, holding one byte per token instead of twelve.
+
+    Raises:
+        ConfigError: as :func:`pack_documents`.
+    """
     if seq_len < 1:
         raise ConfigError(f"seq_len must be positive, got {seq_len}")
     width = seq_len + 1
@@ -69,8 +86,7 @@ def pack_documents(docs: list[bytes], seq_len: int) -> Rows:
         raise ConfigError(
             f"{len(stream)} tokens ({len(docs)} documents) do not fill one row of {width}"
         )
-    # The same segment ids and positions as token shards' rows (one rule for both sources).
-    return pack_rows(stream[: num_rows * width].reshape(num_rows, width), BOS)
+    return stream[: num_rows * width].reshape(num_rows, width)
 
 
 def unpack_row(tokens: Int[np.ndarray, " T1"]) -> list[bytes]:
@@ -86,12 +102,16 @@ def unpack_row(tokens: Int[np.ndarray, " T1"]) -> list[bytes]:
 
 
 def _shift(rows: Rows, index: np.ndarray) -> Batch:
-    tokens = rows["tokens"][index]
+    if "segment_ids" in rows:
+        picked = {name: rows[name][index] for name in ("tokens", "segment_ids", "positions")}
+    else:  # only the tokens (pack_tokens): the rest follows from each row
+        picked = pack_rows(rows["tokens"][index], BOS)
+    tokens = picked["tokens"]
     return {
         "inputs": tokens[:, :-1],
         "targets": tokens[:, 1:],
-        "segment_ids": rows["segment_ids"][index, :-1],
-        "positions": rows["positions"][index, :-1],
+        "segment_ids": picked["segment_ids"][:, :-1],
+        "positions": picked["positions"][:, :-1],
     }
 
 
@@ -106,7 +126,7 @@ def text_dataset(
     """A grain dataset of shifted next-token batches over packed rows.
 
     Args:
-        rows: Output of :func:`pack_documents`.
+        rows: Output of :func:`pack_documents`, or ``{"tokens": pack_tokens(...)}``.
         batch_size: Rows per batch; each epoch drops its last partial batch.
         seed: Shuffle seed; every epoch is reshuffled deterministically from it.
         shuffle: Whether to shuffle rows.
@@ -134,7 +154,8 @@ def eval_batches(rows: Rows, *, batch_size: int, num_batches: int) -> list[Batch
     validation document instead of only the first one.
 
     Args:
-        rows: Output of :func:`pack_documents` on the validation documents.
+        rows: Output of :func:`pack_documents` on the validation documents, or
+            ``{"tokens": pack_tokens(...)}``.
         batch_size: Rows per batch.
         num_batches: Number of batches.
 

@@ -47,7 +47,7 @@ from jaxlab.data.shards import ShardCorpus, shards_dir
 from jaxlab.data.text import (
     VOCAB_SIZE,
     eval_batches,
-    pack_documents,
+    pack_tokens,
     text_dataset,
     unigram_entropy_bits,
 )
@@ -135,7 +135,8 @@ class LMTask:
 
     Attributes (after construction): ``vocab_size`` (the data's), ``corpus`` (the
     :class:`~jaxlab.data.shards.ShardCorpus`, or None for byte-level sources), and for byte-level
-    sources ``train_docs``/``val_docs``/``train_rows``/``val_rows`` as before.
+    sources ``train_docs``/``val_docs`` and ``train_rows``/``val_rows`` (``{"tokens": ...}`` of
+    :func:`~jaxlab.data.text.pack_tokens`).
     """
 
     build: Callable[[nnx.Rngs], nnx.Module]
@@ -155,8 +156,9 @@ class LMTask:
             self.vocab_size = VOCAB_SIZE
             self.train_docs = load_documents(self.source, "train")
             self.val_docs = load_documents(self.source, "validation")
-            self.train_rows = pack_documents(self.train_docs, self.seq_len)
-            self.val_rows = pack_documents(self.val_docs, self.seq_len)
+            # The tokens alone; each batch derives its segment ids and positions.
+            self.train_rows = {"tokens": pack_tokens(self.train_docs, self.seq_len)}
+            self.val_rows = {"tokens": pack_tokens(self.val_docs, self.seq_len)}
             return
         if self.tokenizer:
             self.corpus.check_tokenizer_spec(self.tokenizer)

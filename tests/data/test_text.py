@@ -142,6 +142,38 @@ def test_batches_are_shifted_and_deterministic(small_rows):
     assert any(not np.array_equal(x["inputs"], y["inputs"]) for x, y in zip(a, other, strict=True))
 
 
+def test_rows_of_tokens_alone_give_the_same_batches(kjv_train):
+    # The LM task keeps pack_tokens' bytes; each batch derives segment ids and positions. Verses
+    # as documents, so that most rows hold a BOS and carry a document over.
+    docs = [line for line in kjv_train[-1].split(b"\n") if line][:300]
+    full = text.pack_documents(docs, seq_len=128)
+    tokens = text.pack_tokens(docs, seq_len=128)
+    assert tokens.dtype == np.uint8
+    np.testing.assert_array_equal(tokens, full["tokens"])
+    assert np.mean(np.any(tokens == text.BOS, axis=1)) > 0.5
+    for a, b in zip(
+        _first(text.text_dataset(full, batch_size=4, seed=5), 6),
+        _first(text.text_dataset({"tokens": tokens}, batch_size=4, seed=5), 6),
+        strict=True,
+    ):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert b[name].dtype == np.int32 and a[name].dtype == np.int32
+            np.testing.assert_array_equal(a[name], b[name])
+    strided = text.eval_batches({"tokens": tokens}, batch_size=3, num_batches=2)
+    for a, b in zip(text.eval_batches(full, batch_size=3, num_batches=2), strided, strict=True):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+            assert b[name].dtype == np.int32
+    # And the batches are the packed rows' columns: rows (i * N) // 6, shifted by one.
+    rows = (np.arange(6) * len(tokens)) // 6
+    got = {name: np.concatenate([b[name] for b in strided]) for name in strided[0]}
+    np.testing.assert_array_equal(got["inputs"], full["tokens"][rows, :-1])
+    np.testing.assert_array_equal(got["targets"], full["tokens"][rows, 1:])
+    np.testing.assert_array_equal(got["segment_ids"], full["segment_ids"][rows, :-1])
+    np.testing.assert_array_equal(got["positions"], full["positions"][rows, :-1])
+
+
 def test_epochs_are_permutations_reshuffled(small_rows):
     rows = _with_ids({k: v[:23] for k, v in small_rows.items()})
     batches = list(text.text_dataset(rows, batch_size=5, seed=0, num_epochs=2))
