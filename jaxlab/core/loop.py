@@ -75,6 +75,7 @@ from jaxlab.core.mesh import (
     MeshConfig,
     batch_shards,
     global_batch,
+    global_batch_shapes,
     make_mesh,
     maybe_initialize_distributed,
 )
@@ -484,8 +485,8 @@ def _compile_ahead(
     compiling = {
         "train_step": pool.submit(program.train_step.trace(state, batch, key).lower().compile)
     }
-    if eval_data:
-        first = global_batch(eval_data[0], mesh, rules)
+    if eval_data:  # traced on the batch's shapes: _evaluate copies it to the devices
+        first = global_batch_shapes(eval_data[0], mesh, rules)
         compiling["eval_step"] = pool.submit(eval_step.trace(state, first).lower().compile)
     return _Ahead(eval_step, eval_data, batch, compiling)
 
@@ -506,7 +507,7 @@ def _open_writer(
     )
 
 
-@functools.cache
+@functools.cache  # built on first use: small_jit asks for the backend, which an import must not
 def _fold_in() -> Callable[[jax.Array, np.uint32], jax.Array]:
     return small_jit(jax.random.fold_in)
 

@@ -36,6 +36,7 @@ __all__ = [
     "batch_sharding",
     "constrain",
     "global_batch",
+    "global_batch_shapes",
     "make_mesh",
     "maybe_initialize_distributed",
     "process_slice",
@@ -199,7 +200,27 @@ def global_batch(
     run sees exactly the batches of a single-process run with the same seed. A
     :class:`LocalBatch` already is this process's slice and is used as it is.
     """
-    out = {}
+    return {
+        key: jax.make_array_from_process_local_data(sharding, local, shape)
+        for key, local, shape, sharding in _global_parts(batch, mesh, rules)
+    }
+
+
+def global_batch_shapes(
+    batch: Mapping[str, np.ndarray], mesh: Mesh, rules: AxisRules
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """The shapes, dtypes and shardings :func:`global_batch` would give ``batch``, without copying
+    it to the devices: what ``jit(...).trace`` takes to compile a step for such batches."""
+    return {
+        key: jax.ShapeDtypeStruct(
+            shape, jax.dtypes.canonicalize_dtype(local.dtype), sharding=sharding
+        )
+        for key, local, shape, sharding in _global_parts(batch, mesh, rules)
+    }
+
+
+def _global_parts(batch: Mapping[str, np.ndarray], mesh: Mesh, rules: AxisRules):
+    """``(name, this process's rows, global shape, sharding)`` for each array of ``batch``."""
     local_only = isinstance(batch, LocalBatch)
     for key, value in batch.items():
         value = np.asarray(value)
@@ -207,9 +228,7 @@ def global_batch(
             local, shape = value, (value.shape[0] * jax.process_count(), *value.shape[1:])
         else:
             local, shape = value[process_slice(value.shape[0])], value.shape
-        sharding = batch_sharding(mesh, rules, value.ndim)
-        out[key] = jax.make_array_from_process_local_data(sharding, local, shape)
-    return out
+        yield key, local, shape, batch_sharding(mesh, rules, value.ndim)
 
 
 def maybe_initialize_distributed() -> bool:

@@ -57,3 +57,26 @@ def test_the_init_program_lays_the_state_out_as_its_shardings_say():
         assert array.sharding.is_equivalent_to(sharding, array.ndim), (array.shape, sharding)
         split += not sharding.is_fully_replicated
     assert split > len(pairs) // 3  # embeddings, projections and their Adam moments
+
+
+def test_batch_shapes_are_those_of_the_staged_batch():
+    # What the loop traces its eval step on: global_batch's shapes, dtypes and shardings, for a
+    # full global batch and for a process's own rows (LocalBatch), float64 made float32 as by JAX.
+    import numpy as np
+
+    from jaxlab.core.mesh import LocalBatch, global_batch, global_batch_shapes
+
+    mesh, rules = make_mesh(), AxisRules()
+    for batch in (
+        {
+            "x": np.ones((16, 3), np.float32),
+            "y": np.arange(16.0),
+            "i": np.arange(16, dtype=np.int32),
+        },
+        LocalBatch(x=np.ones((8, 2, 2), np.float32)),
+    ):
+        staged, shapes = global_batch(batch, mesh, rules), global_batch_shapes(batch, mesh, rules)
+        assert staged.keys() == shapes.keys()
+        for name, array in staged.items():
+            assert (shapes[name].shape, shapes[name].dtype) == (array.shape, array.dtype)
+            assert shapes[name].sharding == array.sharding
