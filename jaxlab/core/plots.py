@@ -85,9 +85,7 @@ def serve_figure_helper() -> None:
     with :func:`save_figure` until the run's process closes the helper's input."""
     import io
 
-    warm = curves_figure({"a": ([0, 1], [0, 1])}, xlabel="x", ylabel="y", title="t")
-    warm.tight_layout()
-    warm.savefig(io.BytesIO(), format="png", dpi=_DPI)
+    _render(curves_figure({"a": ([0, 1], [0, 1])}, xlabel="x", ylabel="y", title="t"), io.BytesIO())
 
     def draw(name: str, args: tuple, kwargs: dict[str, Any], path: str) -> None:
         save_figure(globals()[name](*args, **kwargs), path)
@@ -125,9 +123,14 @@ def save_figure(fig: Figure | PendingFigure, path: str | os.PathLike) -> pathlib
             if helper.draw(fn.__name__, args, kwargs, path):
                 return path
         fig = fig.figure()
-    fig.tight_layout()
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=_DPI))
+    write_atomically(path, lambda tmp: _render(fig, tmp))
     return path
+
+
+def _render(fig: Figure, target: Any) -> None:
+    """Lays ``fig`` out and writes it as a PNG to ``target`` (a path or a binary file)."""
+    fig.tight_layout()
+    fig.savefig(target, format="png", dpi=_DPI)
 
 
 @_drawable
