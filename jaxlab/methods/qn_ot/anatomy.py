@@ -34,6 +34,7 @@ from jaxlab.methods.qn_ot.gathered_hessian import (
     capacity_levels,
     default_capacity,
     gathered_levels,
+    on_level,
 )
 from jaxlab.methods.qn_ot.runners import import_regot
 from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
@@ -95,8 +96,9 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
 
     @jax.jit
     def cg(H, g):
+        # As in the solve: the whole CG loop runs on the level's prefix (one switch around it).
         tau = jnp.minimum(jnp.linalg.norm(g), 1e-3)
-        z, steps = schur_cg(H, tau, g, cg_tol, 1000)
+        z, steps = on_level(H, lambda Hl, g: schur_cg(Hl, tau, g, cg_tol, 1000), g)
         return -z, steps
 
     @jax.jit

@@ -82,7 +82,7 @@ __all__ = [
 
 # Plans up to this many entries are compiled with XLA CPU's loop emitters instead of its MLIR
 # fusion emitters (see compiler_options).
-FAST_COMPILE_MAX_ENTRIES = 40_000
+FAST_COMPILE_MAX_ENTRIES = 10_000
 FAST_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
@@ -303,11 +303,11 @@ def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, An
     On CPU, most of a first call's compile time is XLA's code generation, and its MLIR fusion
     emitters (the default) spend most of that. Its older loop emitters build the same program
     (the same iterations, iterates equal up to rounding) in much less time, but their scatter
-    (the ``segment_sum`` of the gathered CG products) runs slower, which shows on CG-heavy large
-    solves such as the MNIST pairs (the qn_ot README has the measurements). So the loop emitters
-    serve small plans (at most :data:`FAST_COMPILE_MAX_ENTRIES` entries), where a solve takes
-    milliseconds and the compile is nearly all of a first call; larger plans and other platforms
-    keep XLA's defaults. An option the running XLA refused once (JAX 0.11's XLA has no
+    (the ``segment_sum`` of the gathered CG products) and their elementwise passes run slower: on
+    idle runs the MNIST pairs and Synthetic I at n = 200 solve faster with the fusion emitters
+    (the qn_ot README has the measurements). So the loop emitters serve small plans (at most
+    :data:`FAST_COMPILE_MAX_ENTRIES` entries, n = 100), where a solve takes milliseconds and the
+    compile is most of a first call; larger plans and other platforms keep XLA's defaults. An option the running XLA refused once (JAX 0.11's XLA has no
     ``xla_cpu_use_fusion_emitters``) is no longer asked for.
     The options apply to this one program only, not to the process.
     """

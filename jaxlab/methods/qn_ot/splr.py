@@ -35,7 +35,7 @@ from jaxlab.methods.qn_ot.direction import (
     inverse_bfgs_direction,
     rank2_gate,
 )
-from jaxlab.methods.qn_ot.gathered_hessian import capacity_levels, default_capacity
+from jaxlab.methods.qn_ot.gathered_hessian import capacity_levels, default_capacity, on_level
 from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
 from jaxlab.ot.dual import dual_value_grad, initial_point, join
 from jaxlab.ot.line_search import more_thuente
@@ -142,8 +142,13 @@ def splr(
         tau = jnp.minimum(st.gnorm, shift_max)
         s, y = st.x - st.x_prev, st.g - st.g_prev
         use_low_rank = low_rank & rank2_gate(k, s, y)
-        d = inverse_bfgs_direction(
-            lambda r: solve_shifted(H, tau, r, solver, cg_tol=cg_tol), st.g, s, y, use_low_rank
+        # One solve per iteration, on the smallest triplet level that holds Ω.
+        d = on_level(
+            H,
+            lambda Hl, g: inverse_bfgs_direction(
+                lambda r: solve_shifted(Hl, tau, r, solver, cg_tol=cg_tol), g, s, y, use_low_rank
+            ),
+            st.g,
         )
         # A failed inner solve could give an ascent direction: fall back to steepest descent.
         d = jnp.where((st.g @ d < 0) & jnp.all(jnp.isfinite(d)), d, -st.g)
