@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
@@ -52,6 +53,18 @@ __all__ = [
     "pack_above",
     "sparsify_gathered",
 ]
+
+
+def _take(v: Float[Array, " k"], idx: Int[Array, " cap"]) -> Float[Array, " cap"]:
+    """``v[idx]`` without bounds handling: the triplets' indices are in range by construction
+    (used slots from the mask, padding cycling through the rows and columns), and on CPU the
+    checks cost about a tenth of a CG product."""
+    return v.at[idx].get(mode="promise_in_bounds")
+
+
+def _segment_sum(values, idx: Int[Array, " cap"], size: int):
+    """``segment_sum`` over in-range indices (as :func:`_take`)."""
+    return jax.ops.segment_sum(values, idx, size, mode="promise_in_bounds")
 
 
 class GatheredHessian(NamedTuple):
@@ -84,17 +97,17 @@ class GatheredHessian(NamedTuple):
 
     def apply_S(self, v2: Float[Array, " m1"]) -> Float[Array, " n"]:
         """``S v2``."""
-        out = jax.ops.segment_sum(self.vals * v2[self.cols], self.rows, self.h1.shape[0])
+        out = _segment_sum(self.vals * _take(v2, self.cols), self.rows, self.h1.shape[0])
         return (out + self.col0 * v2[0]).at[0].add(self.row0 @ v2)
 
     def apply_St(self, v1: Float[Array, " n"]) -> Float[Array, " m1"]:
         """``Sᵀ v1``."""
-        out = jax.ops.segment_sum(self.vals * v1[self.rows], self.cols, self.h2.shape[0])
+        out = _segment_sum(self.vals * _take(v1, self.rows), self.cols, self.h2.shape[0])
         return (out + self.row0 * v1[0]).at[0].add(self.col0 @ v1)
 
     def col_sq_sum(self, w: Float[Array, " n"]) -> Float[Array, " m1"]:
         """``Σ_i S_ij² w_i`` (the diagonal of ``Sᵀ diag(w) S``, for the Jacobi preconditioner)."""
-        out = jax.ops.segment_sum(self.vals**2 * w[self.rows], self.cols, self.h2.shape[0])
+        out = _segment_sum(self.vals**2 * _take(w, self.rows), self.cols, self.h2.shape[0])
         return (out + self.row0**2 * w[0]).at[0].add(self.col0**2 @ w)
 
     def matvec(self, v: Float[Array, " k"], shift=0.0) -> Float[Array, " k"]:
@@ -133,10 +146,12 @@ def compact_words(
     The running count of set bits per word (a cumulative sum 32× shorter than the mask, since
     XLA's CPU ``cumsum`` over the whole mask is slow) gives the first slot of each word, a running
     maximum the word of each slot, and a 5-step binary search on ``popcount`` the bit inside the
-    word.
+    word. Both running scans are ``lax.associative_scan``s: ``jnp.cumsum`` and ``lax.cummax``
+    lower to a ``reduce_window`` that XLA's CPU backend runs about 1.6 times slower at these
+    lengths.
     """
     counts = lax.population_count(words).astype(jnp.int32)
-    total = jnp.cumsum(counts)
+    total = lax.associative_scan(jnp.add, counts)
     rank = jnp.arange(capacity, dtype=jnp.int32)  # slot s holds the (s+1)-th set bit
     # The word of each slot: every non-empty word marks the slot of its first set bit, and a
     # running maximum carries the mark over the word's other bits (a binary search of the
@@ -148,7 +163,7 @@ def compact_words(
         .at[marks]
         .set(jnp.arange(words.shape[0], dtype=jnp.int32), mode="drop")
     )
-    word_idx = lax.cummax(owner)
+    word_idx = lax.associative_scan(jnp.maximum, owner)
     word = words[word_idx]
     within = rank - (total[word_idx] - counts[word_idx])
     # Largest ``lo`` with at most ``within`` set bits below it: that bit is the one sought.
@@ -273,7 +288,8 @@ def _gathered_from_words(
     # The padding's zeros go to rows and columns spread over all of them: they add nothing
     # anywhere, whereas thousands of updates of one row or column serialise XLA's CPU scatter
     # (each product of a CG step was 2x slower with the padding in one row and column).
-    slot = jnp.arange(capacity)
+    # (numpy constants: the program does not recompute them every iteration)
+    slot = np.arange(capacity, dtype=np.int32)
     rows = jnp.where(used, row, slot % n)
     cols = jnp.where(used, col, slot % m1)
     row_sums, col_sums = (T.sum(axis=1), T[:, :m1].sum(axis=0)) if sums is None else sums
