@@ -89,9 +89,10 @@ def schur_cg(H: ArrowHessian, tau, rhs: Float[Array, " k"], tol: float, max_iter
         z = st.z + step * st.p
         r = st.r - step * Ap
         zr = precond * r
-        rz = r @ zr
+        # rᵀz and rᵀr in one matrix-vector product (one kernel instead of two reductions).
+        rz, rr = jnp.stack([zr, r]) @ r
         p = zr + (rz / st.rz) * st.p
-        return _CGState(z, r, p, rz), jnp.linalg.norm(r)
+        return _CGState(z, r, p, rz), jnp.sqrt(rr)
 
     it = iterate(
         step,
