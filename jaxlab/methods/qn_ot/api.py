@@ -307,9 +307,9 @@ def compiler_options(cost_shape: tuple[int, ...], platform: str) -> dict[str, An
     idle runs the MNIST pairs and Synthetic I at n = 200 solve faster with the fusion emitters
     (the qn_ot README has the measurements). So the loop emitters serve small plans (at most
     :data:`FAST_COMPILE_MAX_ENTRIES` entries, n = 100), where a solve takes milliseconds and the
-    compile is most of a first call; larger plans and other platforms keep XLA's defaults. An option the running XLA refused once (JAX 0.11's XLA has no
-    ``xla_cpu_use_fusion_emitters``) is no longer asked for.
-    The options apply to this one program only, not to the process.
+    compile is most of a first call; larger plans and other platforms keep XLA's defaults. An
+    option the running XLA refused once (JAX 0.11's XLA has no ``xla_cpu_use_fusion_emitters``)
+    is no longer asked for. The options apply to this one program only, not to the process.
     """
     if platform == "cpu" and int(np.prod(cost_shape)) <= FAST_COMPILE_MAX_ENTRIES:
         return not_refused(FAST_COMPILE_OPTIONS)
