@@ -58,7 +58,7 @@ __all__ = [
 def _take(v: Float[Array, " k"], idx: Int[Array, " cap"]) -> Float[Array, " cap"]:
     """``v[idx]`` without bounds handling: the triplets' indices are in range by construction
     (used slots from the mask, padding cycling through the rows and columns), and on CPU the
-    checks cost about a tenth of a CG product."""
+    checks are a measurable part of a CG product (the qn_ot README)."""
     return v.at[idx].get(mode="promise_in_bounds")
 
 
@@ -147,8 +147,8 @@ def compact_words(
     XLA's CPU ``cumsum`` over the whole mask is slow) gives the first slot of each word, a running
     maximum the word of each slot, and a 5-step binary search on ``popcount`` the bit inside the
     word. Both running scans are ``lax.associative_scan``s: ``jnp.cumsum`` and ``lax.cummax``
-    lower to a ``reduce_window`` that XLA's CPU backend runs about 1.6 times slower at these
-    lengths.
+    lower to a ``reduce_window``, which XLA's CPU backend runs slower at these lengths (the qn_ot
+    README has the measurement).
     """
     counts = lax.population_count(words).astype(jnp.int32)
     total = lax.associative_scan(jnp.add, counts)
@@ -371,9 +371,9 @@ def on_level(H: GatheredHessian | LevelledHessian, fn, *args):
     when it has no levels).
 
     For a whole CG solve: one ``lax.switch`` around the solve, each branch a CG loop on one
-    level's prefix, instead of a switch in every product of every CG step (which costs about a
-    third of a step on CPU; the qn_ot README has the measurement). Each level adds one copy of
-    ``fn`` to the compiled program.
+    level's prefix, instead of a switch in every product of every CG step (a large part of a
+    step on CPU; the qn_ot README has the measurement). Each level adds one copy of ``fn`` to the
+    compiled program.
     """
     if not isinstance(H, LevelledHessian):
         return fn(H, *args)
