@@ -17,7 +17,10 @@ SPLR/regot ratio is measured side by side. Sinkhorn-type budgets are capped by `
 Sinkhorn converged). The peers (regot, ott-jax, POT) are also gathered into one table, printed at
 the end and kept in ``summary.json`` (``peers``) and ``peers.md``: per case each peer's iterations,
 seconds and convergence beside the jaxlab solver it is compared with (SPLR for regot, Sinkhorn for
-the Sinkhorn peers) and the time ratio jaxlab / peer.
+the Sinkhorn peers) and the time ratio jaxlab / peer. With ``perturbations=K`` SPLR and regot
+also run on K copies of each cost scaled by ``1 + j·1e-14`` (summary ``cases.<case>.perturbed``:
+the iteration counts per copy and the ratio of the summed times), since on the MNIST pair the
+iteration counts of both move with the rounding.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import dataclasses
 import pathlib
 
 import jax
+import numpy as np
 
 from jaxlab.core.config import check
 from jaxlab.core.experiment import select_preset
@@ -69,6 +73,9 @@ class Config:
     newton_max_n: int = 300  # newton and sparse_newton only up to this n
     ssns_max_n: int = 300
     repeats: int = 2  # timed rounds per solver after one warm-up (same for every solver)
+    # SPLR and regot also on this many copies of each cost scaled by (1 + j * PERTURBATION),
+    # j = 1..perturbations: their iteration counts move with the rounding (see _perturbed_ratio).
+    perturbations: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -87,6 +94,7 @@ class Config:
             min(self.max_iter, self.sinkhorn_max_iter, self.repeats) >= 1,
             "max_iter, sinkhorn_max_iter and repeats must be >= 1",
         )
+        check(self.perturbations >= 0, "perturbations must be >= 0")
 
 
 PRESETS = {
@@ -128,6 +136,39 @@ def _runners(cfg: Config, problem, eta: float, ref) -> list:
     if cfg.pot_sinkhorn:
         runners.append(pot_runner(problem, eta, cfg.tol, sk_iters, ref))
     return runners
+
+
+# Relative scale of the perturbed copies: far below anything a user could see in the plan, enough
+# to send SPLR's and regot's discrete choices (density schedule, line search) down other paths.
+PERTURBATION = 1e-14
+
+
+def _perturbed_ratio(cfg: Config, problem, eta: float) -> dict:
+    """SPLR and regot on the cost and on ``cfg.perturbations`` copies scaled by
+    ``1 + j * PERTURBATION``, timed interleaved: the iteration counts per copy and the ratio of
+    the summed times (SPLR / regot). On the MNIST pair at η = 1e-3 both solvers' counts spread by
+    about ±10 % over such copies, so a ratio on the one input partly measures which path the
+    rounding picked."""
+    scaled = [
+        problem._replace(cost=np.asarray(problem.cost) * (1.0 + j * PERTURBATION))
+        for j in range(cfg.perturbations + 1)
+    ]
+    runners = []
+    for j, p in enumerate(scaled):
+        for r in (
+            jaxlab_runner(p, eta, "splr", cfg.tol, cfg.max_iter),
+            regot_runner(p, eta, cfg.tol, cfg.max_iter),
+        ):
+            runners.append(r._replace(name=f"{r.name}_{j}"))
+    # run_case's rows follow its runners (each row's "method" is the solver's, not the copy's).
+    rows = {r.name: row for r, row in zip(runners, run_case(runners, cfg.repeats), strict=True)}
+    out = {}
+    for name in ("splr", "regot_splr"):
+        picked = [rows[f"{name}_{j}"] for j in range(len(scaled))]
+        out[f"{name}_iters"] = [r["iters"] for r in picked]
+        out[f"{name}_seconds"] = sum(r["seconds"] for r in picked)
+    out["splr_over_regot_seconds"] = out["splr_seconds"] / out["regot_splr_seconds"]
+    return out
 
 
 def peer_table(cases: dict) -> list[dict]:
@@ -243,6 +284,15 @@ def run(cfg: Config, workdir: pathlib.Path) -> dict:
                     },
                     "splr_over_regot_seconds": splr and splr["seconds"] / cpp["seconds"],
                 }
+                if cfg.perturbations and splr is not None:
+                    perturbed = _perturbed_ratio(cfg, problem, eta)
+                    summary["cases"][case]["perturbed"] = perturbed
+                    print(
+                        f"{case:28s} over {cfg.perturbations + 1} scaled costs: SPLR iters "
+                        f"{perturbed['splr_iters']}, regot {perturbed['regot_splr_iters']}, "
+                        f"summed time ratio {perturbed['splr_over_regot_seconds']:.3f}",
+                        flush=True,
+                    )
     summary["peers"] = peer_table(summary["cases"])
     markdown = peer_markdown(summary["peers"])
     (workdir / "peers.md").write_text(markdown)

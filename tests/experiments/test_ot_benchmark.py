@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
@@ -30,6 +31,7 @@ def test_experiment_config_validation(exp):
         (["--set", "etas="], "etas is empty"),
         (["--set", "preset=huge"], "unknown preset 'huge' for ot_benchmark"),
         (["--set", "methods=splr,simplex"], "unknown method 'simplex'"),
+        (["--set", "perturbations=-1"], "perturbations must be >= 0"),
     ],
 )
 def test_cli_errors_exit_2_with_one_line(run_main, capsys, tmp_path, argv, message):
@@ -85,3 +87,39 @@ def test_claim_is_untested_without_splr(exp):
     # Without an SPLR row the verdict is None (not tested), never a vacuous True.
     cases = {"c": {"regot_splr": {"iters": 5, "converged": True}, "splr_over_regot_seconds": None}}
     assert exp.claim_headline(cases)["splr_converged_where_regot_does"] is None
+
+
+def test_perturbed_copies_time_splr_and_regot_on_scaled_costs(exp, tmp_path, monkeypatch):
+    """With perturbations=K, SPLR and regot also run on K scaled copies of the cost: one count per
+    copy for each, and the ratio is of the summed times."""
+    costs = []
+    real = exp.jaxlab_runner
+
+    def recording(problem, *args, **kwargs):
+        costs.append(np.array(problem.cost))
+        return real(problem, *args, **kwargs)
+
+    monkeypatch.setattr(exp, "jaxlab_runner", recording)
+    cfg = exp.Config(
+        problems=("synthetic1:30",),
+        etas=(1e-2,),
+        methods=("splr",),
+        ott_variants=(),
+        pot_sinkhorn=False,
+        repeats=1,
+        perturbations=2,
+    )
+    case = exp.run(cfg, tmp_path)["cases"]["synthetic1_n30_eta0.01"]
+    got = case["perturbed"]
+    assert len(got["splr_iters"]) == len(got["regot_splr_iters"]) == 3
+    # the unscaled copy is the case's own problem
+    assert got["splr_iters"][0] == case["splr"]["iters"]
+    assert got["regot_splr_iters"][0] == case["regot_splr"]["iters"]
+    assert got["splr_over_regot_seconds"] == pytest.approx(
+        got["splr_seconds"] / got["regot_splr_seconds"]
+    )
+    # the case's own run, then the copies: cost × (1 + j·1e-14), j = 0, 1, 2
+    assert len(costs) == 4
+    for j, cost in enumerate(costs[1:]):
+        np.testing.assert_array_equal(cost, costs[0] * (1.0 + j * 1e-14))
+    assert not np.array_equal(costs[2], costs[0])
