@@ -146,9 +146,9 @@ PERTURBATION = 1e-14
 def _perturbed_ratio(cfg: Config, problem, eta: float) -> dict:
     """SPLR and regot on the cost and on ``cfg.perturbations`` copies scaled by
     ``1 + j * PERTURBATION``, timed interleaved: the iteration counts per copy and the ratio of
-    the summed times (SPLR / regot). On the MNIST pair at η = 1e-3 both solvers' counts spread by
-    about ±10 % over such copies, so a ratio on the one input partly measures which path the
-    rounding picked."""
+    the summed times (SPLR / regot). On the MNIST pair at η = 1e-3 both solvers' counts spread
+    widely over such copies (the qn_ot README has them), so a ratio on the one input partly
+    measures which path the rounding picked."""
     scaled = [
         problem._replace(cost=np.asarray(problem.cost) * (1.0 + j * PERTURBATION))
         for j in range(cfg.perturbations + 1)
