@@ -137,6 +137,7 @@ def _word_bits(bits: Bool[Array, "... 32"]) -> UInt32[Array, " ..."]:
     return jnp.sum(bits.astype(jnp.uint32) << shifts, axis=-1, dtype=jnp.uint32)  # sum = or
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def compact_words(
     words: UInt32[Array, " w"], capacity: int
 ) -> tuple[Int[Array, " cap"], Bool[Array, " cap"]]:
@@ -148,7 +149,8 @@ def compact_words(
     maximum the word of each slot, and a 5-step binary search on ``popcount`` the bit inside the
     word. Both running scans are ``lax.associative_scan``s: ``jnp.cumsum`` and ``lax.cummax``
     lower to a ``reduce_window``, which XLA's CPU backend runs slower at these lengths (the qn_ot
-    README has the measurement).
+    README has the measurement). Jitted (``capacity`` static), so that an eager call compiles one
+    program rather than each of the scans' many small operations.
     """
     counts = lax.population_count(words).astype(jnp.int32)
     total = lax.associative_scan(jnp.add, counts)

@@ -208,6 +208,15 @@ def test_levels_store_omega_at_the_smallest_level_that_holds_it(x64, density):
     np.testing.assert_allclose(got_sq, ((S / eps) ** 2 * w[:, None]).sum(0), rtol=1e-12)
 
 
+def _solve_shifted_sparse(G, r):
+    return solve_shifted(G, 1e-3, r, LinearSolver.SPARSE_CG, cg_tol=1e-13)
+
+
+# Compiled once for both densities (the threshold is traced, the levels static).
+_levelled = jax.jit(gathered_levels, static_argnums=3)
+_solve_on_level = jax.jit(lambda H, r: on_level(H, _solve_shifted_sparse, r))
+
+
 @pytest.mark.parametrize("density", [0.02, 0.1])
 def test_a_solve_on_the_level_equals_numpy_on_the_full_h_omega(x64, density):
     """``on_level`` runs the whole CG solve on one level's prefix (SPLR's path): the solution is
@@ -215,25 +224,16 @@ def test_a_solve_on_the_level_equals_numpy_on_the_full_h_omega(x64, density):
     T, eps = _plan(5, n=40, m=33)
     n, m = T.shape
     threshold = float(np.quantile(np.asarray(T)[:, :-1], 1 - density))
-    levels = (600, 300, 150, 75, 38)
-    H = jax.jit(lambda T: gathered_levels(T, eps, threshold, levels))(T)
+    H = _levelled(T, eps, threshold, (600, 150, 38))
     assert int(H.index) > 0  # a prefix shorter than the storage, so a wrong level truncates Ω
     rhs = jnp.asarray(np.random.default_rng(2).normal(size=n + m - 1))
-
-    def solve(G, r):
-        return solve_shifted(G, 1e-3, r, LinearSolver.SPARSE_CG, cg_tol=1e-13)
-
-    got = jax.jit(lambda H, r: on_level(H, solve, r))(H, rhs)
+    got = _solve_on_level(H, rhs)
     T_np = np.asarray(T)
     S = np.where(_numpy_mask(T, threshold), T_np[:, :-1], 0.0)
     S[0, :], S[:, 0] = T_np[0, :-1], T_np[:, 0]
     dense = np.block([[np.diag(T_np.sum(1)), S], [S.T, np.diag(T_np[:, :-1].sum(0))]]) / eps
     want = np.linalg.solve(dense + 1e-3 * np.eye(n + m - 1), np.asarray(rhs))
     np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
-    # Without levels, fn gets the Hessian itself.
-    plain = gathered_above(T, eps, threshold, 600)
-    np.testing.assert_allclose(on_level(plain, solve, rhs), want, rtol=1e-8,
-                               atol=1e-10 * np.abs(want).max())  # fmt: skip
 
 
 def test_levels_truncate_at_the_largest_when_none_holds_omega(x64):
