@@ -21,6 +21,7 @@ from typing import NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jaxtyping import Array, Float
 
 from jaxlab.core.iterate import iterate
@@ -89,8 +90,9 @@ def schur_cg(H: ArrowHessian, tau, rhs: Float[Array, " k"], tol: float, max_iter
         z = st.z + step * st.p
         r = st.r - step * Ap
         zr = precond * r
-        # rᵀz and rᵀr in one matrix-vector product (one kernel instead of two reductions).
-        rz, rr = jnp.stack([zr, r]) @ r
+        # rᵀz and rᵀr in one matrix-vector product (one kernel instead of two reductions), at
+        # full precision: a default-precision float32 product runs in bfloat16 / TF32 on TPU / GPU.
+        rz, rr = jnp.matmul(jnp.stack([zr, r]), r, precision=lax.Precision.HIGHEST)
         p = zr + (rz / st.rz) * st.p
         return _CGState(z, r, p, rz), jnp.sqrt(rr)
 
