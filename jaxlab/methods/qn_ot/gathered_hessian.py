@@ -346,10 +346,7 @@ class LevelledHessian:
         return self.H.h2
 
     def _switch(self, method: str, v: Float[Array, " k"]) -> Float[Array, " k"]:
-        branches = [
-            (lambda v, cap=cap: getattr(self.H.prefix(cap), method)(v)) for cap in self.levels
-        ]
-        return lax.switch(self.index, branches, v)
+        return on_level(self, lambda G, v: getattr(G, method)(v), v)
 
     def apply_S(self, v2: Float[Array, " m1"]) -> Float[Array, " n"]:
         """``S v2``."""
