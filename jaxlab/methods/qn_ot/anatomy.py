@@ -82,8 +82,9 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     density = jnp.asarray(density, jnp.float64)
 
     evaluate = jax.jit(lambda x: dual_value_grad(x, cost, a, b, eta))
+    # As in the solve (direction.build_hessian): no final exact pass.
     threshold = jax.jit(
-        lambda T, rho: threshold_search(quantile_sample(T[:, :-1].reshape(-1)), rho)
+        lambda T, rho: threshold_search(quantile_sample(T[:, :-1]), rho, exact=False)
     )
 
     levels = capacity_levels(capacity)

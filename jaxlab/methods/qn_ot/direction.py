@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.methods.qn_ot.gathered_hessian import gathered_levels
-from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, sparsify, top_threshold
+from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, sparsify, threshold_search
 from jaxlab.ot.linsolve import LinearSolver
 
 __all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction", "rank2_gate"]
@@ -49,11 +49,14 @@ def build_hessian(
     holds ``Ω`` (:func:`~jaxlab.methods.qn_ot.gathered_hessian.gathered_levels`); ``sums``:
     optional ``(T 1, T̃ᵀ 1)``, reused there; ``guess``: ``log`` of a nearby threshold (the
     previous iteration's) to start the threshold's search from
-    (:func:`~jaxlab.methods.qn_ot.sparse_hessian.threshold_search`).
+    (:func:`~jaxlab.methods.qn_ot.sparse_hessian.threshold_search`). The threshold separates the
+    top ``⌊ρ n(m-1)⌋`` of ``T̃`` (of its sample, above
+    :data:`~jaxlab.methods.qn_ot.sparse_hessian.SAMPLE_CAP` entries) from the rest without being
+    the k-th largest itself (``exact=False``: the same mask, one pass fewer).
     """
     if solver is LinearSolver.SPARSE_CG:
-        flat = T[:, :-1].reshape(-1)
-        threshold = top_threshold(quantile_sample(flat), density, guess=guess)
+        values = quantile_sample(T[:, :-1])
+        threshold, _ = threshold_search(values, density, guess=guess, exact=False)
         return gathered_levels(T, epsilon, threshold, levels, sums=sums), threshold
     return sparsify(T, epsilon, density), jnp.asarray(jnp.nan, T.dtype)
 

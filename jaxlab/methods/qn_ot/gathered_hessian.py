@@ -154,7 +154,7 @@ def compact_words(
     """
     counts = lax.population_count(words).astype(jnp.int32)
     total = lax.associative_scan(jnp.add, counts)
-    rank = jnp.arange(capacity, dtype=jnp.int32)  # slot s holds the (s+1)-th set bit
+    rank = np.arange(capacity, dtype=np.int32)  # slot s holds the (s+1)-th set bit
     # The word of each slot: every non-empty word marks the slot of its first set bit, and a
     # running maximum carries the mark over the word's other bits (a binary search of the
     # running counts per slot costs more).
@@ -163,7 +163,7 @@ def compact_words(
     owner = (
         jnp.zeros(capacity, jnp.int32)
         .at[marks]
-        .set(jnp.arange(words.shape[0], dtype=jnp.int32), mode="drop")
+        .set(np.arange(words.shape[0], dtype=np.int32), mode="drop")
     )
     word_idx = lax.associative_scan(jnp.maximum, owner)
     word = words[word_idx]

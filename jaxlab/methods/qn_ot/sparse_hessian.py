@@ -92,19 +92,23 @@ class SparseHessian(NamedTuple):
         return jnp.concatenate([top, bottom], axis=0)
 
 
-def quantile_sample(flat: Float[Array, " p"], sample_cap: int = SAMPLE_CAP) -> Float[Array, " s"]:
-    """All of ``flat`` when it has at most ``sample_cap`` entries, else a fixed random subset.
+def quantile_sample(values: Float[Array, "..."], sample_cap: int = SAMPLE_CAP) -> Float[Array, "..."]:
+    """``values`` itself when it has at most ``sample_cap`` entries, else a fixed random subset
+    of its entries (flattened).
 
-    The subset is drawn once per shape (numpy, seed 0) and is static under ``jit``. A strided
-    sample would be biased: for a square cost whose plan concentrates near the diagonal (MNIST
-    pairs), ``flat[::s]`` of the row-major ``T̃`` hits the diagonal in every row, overestimates the
-    quantile and keeps a fraction of the intended ``ρ``, so SPLR needs many more iterations.
+    Small inputs come back as they are, any shape (:func:`threshold_search` counts over all
+    axes), so that a slice such as ``T[:, :-1]`` is read in place by every counting pass rather
+    than copied once per call. The subset is drawn once per shape (numpy, seed 0) and is static
+    under ``jit``. A strided sample would be biased: for a square cost whose plan concentrates near
+    the diagonal (MNIST pairs), ``flat[::s]`` of the row-major ``T̃`` hits the diagonal in every
+    row, overestimates the quantile and keeps a fraction of the intended ``ρ``, so SPLR needs many
+    more iterations.
     """
-    p = flat.shape[0]
+    p = values.size
     if p <= sample_cap:
-        return flat
+        return values
     idx = np.random.default_rng(0).choice(p, size=sample_cap, replace=False)
-    return flat[np.sort(idx)]
+    return values.reshape(-1)[np.sort(idx)]
 
 
 def top_threshold(
@@ -118,7 +122,7 @@ def top_threshold(
 
 
 def threshold_search(
-    values: Float[Array, " p"], density, max_trips: int = 80, guess=None
+    values: Float[Array, "..."], density, max_trips: int = 80, guess=None, exact: bool = True
 ) -> tuple[Float[Array, ""], Int[Array, ""]]:
     """The ``⌊density · p⌋``-th largest of ``values`` (``inf`` if none) and the passes it took.
 
@@ -136,8 +140,17 @@ def threshold_search(
     count is the first trial, and it replaces one end of the starting bracket ``[log min, log max
     + 1]``, so that end's pass is skipped and the bracket starts narrower; a non-finite guess is
     ignored. The answer does not depend on it.
+
+    ``values`` may have any shape (``p`` = its size; the passes count over all axes).
+    ``exact=False`` skips the last pass (the smallest value ``≥ e^lo``) and returns ``e^lo``
+    itself: a threshold with exactly ``k`` of ``values`` at or above it (when the search ends
+    on its count), so ``values ≥`` it is the same top-``k`` mask as with the exact k-th largest;
+    SPLR's iteration uses it (on ``T̃`` of up to :data:`SAMPLE_CAP` entries the last pass costs
+    about as much as the whole search, the qn_ot README has the measurement). On a sample of a
+    larger ``T̃`` the two thresholds bound the same sample entries but may keep different
+    unsampled ones; either estimates the ``ρ``-quantile of ``T̃``.
     """
-    p = values.shape[0]
+    p = values.size
     k = jnp.floor(density * p).astype(jnp.int32)
     kf = k.astype(values.dtype)
     tiny = jnp.finfo(values.dtype).tiny
@@ -195,6 +208,8 @@ def threshold_search(
     else:
         init = lax.cond(jnp.isfinite(guess) & (k > 0), warm, cold)
     _, _, t_lo, _, _, trips = lax.while_loop(cond, body, init)
+    if not exact:
+        return jnp.where(k > 0, t_lo, jnp.inf), trips
     thresh = jnp.min(jnp.where(values >= t_lo, values, jnp.inf))
     return jnp.where(k > 0, thresh, jnp.inf), trips
 

@@ -101,6 +101,32 @@ def test_top_threshold_from_a_guess_is_the_same_kth_largest_in_fewer_passes(x64,
             assert int(warm_passes) < int(cold_passes), (density, warm_passes, cold_passes)
 
 
+@pytest.mark.parametrize("kind", ["lognormal", "underflow"])
+def test_inexact_search_separates_the_top_k_of_any_shape(x64, kind):
+    # SPLR's search (exact=False, on T̃ in place): the same mask as the sort's k-th largest, on a
+    # 2-D array as on its flattening; exactly k entries at or above it unless the k-th largest is
+    # tied ("underflow": half the entries are 1.0, so the mask holds every tie, as the sort's).
+    rng = np.random.default_rng(5)
+    v = {
+        "lognormal": np.exp(3.0 * rng.normal(size=(50, 99)) - 20.0),
+        "underflow": np.exp(np.minimum(rng.normal(size=(50, 99)) * 400.0, 0.0)),
+    }[kind]
+    ordered = -np.sort(-v.ravel())
+    search = jax.jit(threshold_search, static_argnames="exact")
+    for density in (0.001, 0.01, 0.1):
+        k = int(np.floor(density * v.size))
+        for guess in (None, np.log(ordered[k - 1]) + 0.05):
+            t, _ = search(jnp.asarray(v), density, guess=guess, exact=False)
+            exact, _ = search(jnp.asarray(v), density, guess=guess)
+            assert float(exact) == ordered[k - 1]
+            np.testing.assert_array_equal(v >= float(t), v >= ordered[k - 1])
+            if ordered[k] < ordered[k - 1]:
+                assert ordered[k] < float(t) <= ordered[k - 1], (density, guess)
+            flat, _ = search(jnp.asarray(v.ravel()), density, guess=guess, exact=False)
+            assert float(flat) == float(t)
+    assert float(search(jnp.asarray(v), 0.0, exact=False)[0]) == np.inf
+
+
 def test_density_schedule_stays_in_bounds(x64):
     rho = 0.001
     for improved in [True] * 50 + [False] * 20 + [True] * 3:
