@@ -29,6 +29,7 @@ import numpy as np
 from jaxlab.core.timing import time_interleaved
 from jaxlab.data.ot_problems import OTProblem
 from jaxlab.methods.qn_ot.api import compile_solve
+from jaxlab.methods.qn_ot.direction import density_threshold
 from jaxlab.methods.qn_ot.gathered_hessian import (
     LevelledHessian,
     capacity_levels,
@@ -37,7 +38,6 @@ from jaxlab.methods.qn_ot.gathered_hessian import (
     on_level,
 )
 from jaxlab.methods.qn_ot.runners import import_regot
-from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, threshold_search
 from jaxlab.ot.dual import dual_value_grad, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.linsolve import schur_cg
@@ -82,10 +82,7 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
     density = jnp.asarray(density, jnp.float64)
 
     evaluate = jax.jit(lambda x: dual_value_grad(x, cost, a, b, eta))
-    # As in the solve (direction.build_hessian): no final exact pass.
-    threshold = jax.jit(
-        lambda T, rho: threshold_search(quantile_sample(T[:, :-1]), rho, exact=False)
-    )
+    threshold = jax.jit(density_threshold)  # as in the solve
 
     levels = capacity_levels(capacity)
 

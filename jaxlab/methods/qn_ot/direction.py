@@ -21,10 +21,21 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from jaxlab.methods.qn_ot.gathered_hessian import gathered_levels
-from jaxlab.methods.qn_ot.sparse_hessian import quantile_sample, sparsify, threshold_search
+from jaxlab.methods.qn_ot.sparse_hessian import (
+    SAMPLE_CAP,
+    quantile_sample,
+    sparsify,
+    threshold_search,
+)
 from jaxlab.ot.linsolve import LinearSolver
 
-__all__ = ["build_hessian", "default_linear_solver", "inverse_bfgs_direction", "rank2_gate"]
+__all__ = [
+    "build_hessian",
+    "default_linear_solver",
+    "density_threshold",
+    "inverse_bfgs_direction",
+    "rank2_gate",
+]
 
 # Above this many unknowns the O(k³) factorisation costs more than CG on the Schur complement.
 CHOLESKY_MAX_SIZE = 128
@@ -39,6 +50,24 @@ def default_linear_solver(size: int, density_max: float = 1.0) -> LinearSolver:
     return LinearSolver.SPARSE_CG if density_max <= SPARSE_MAX_DENSITY else LinearSolver.CG
 
 
+def density_threshold(T, density, guess=None):
+    """The threshold of SPLR's top-``density`` entries of ``T̃ = T[:, :-1]`` (Section 3.1) and the
+    counting passes it took: ``T̃ ≥`` it holds the ``⌊ρ n(m-1)⌋`` largest entries.
+
+    Up to :data:`~jaxlab.methods.qn_ot.sparse_hessian.SAMPLE_CAP` entries the search runs on all
+    of ``T̃``, read in place from ``T`` by each pass (``columns``); beyond, on the fixed random
+    sample of :func:`~jaxlab.methods.qn_ot.sparse_hessian.quantile_sample`. It returns the
+    separating value of :func:`~jaxlab.methods.qn_ot.sparse_hessian.threshold_search` with
+    ``exact=False``, not the k-th largest itself: the same mask, one pass fewer. ``guess``:
+    ``log`` of a nearby threshold (the previous iteration's), where the search starts.
+    """
+    n, m = T.shape
+    if n * (m - 1) <= SAMPLE_CAP:
+        return threshold_search(T, density, guess=guess, exact=False, columns=m - 1)
+    sample = quantile_sample(T[:, :-1].reshape(-1))
+    return threshold_search(sample, density, guess=guess, exact=False)
+
+
 def build_hessian(
     T, epsilon, density, solver: LinearSolver, levels: tuple[int, ...], sums=None, guess=None
 ):
@@ -49,14 +78,10 @@ def build_hessian(
     holds ``Ω`` (:func:`~jaxlab.methods.qn_ot.gathered_hessian.gathered_levels`); ``sums``:
     optional ``(T 1, T̃ᵀ 1)``, reused there; ``guess``: ``log`` of a nearby threshold (the
     previous iteration's) to start the threshold's search from
-    (:func:`~jaxlab.methods.qn_ot.sparse_hessian.threshold_search`). The threshold separates the
-    top ``⌊ρ n(m-1)⌋`` of ``T̃`` (of its sample, above
-    :data:`~jaxlab.methods.qn_ot.sparse_hessian.SAMPLE_CAP` entries) from the rest without being
-    the k-th largest itself (``exact=False``: the same mask, one pass fewer).
+    (:func:`density_threshold`).
     """
     if solver is LinearSolver.SPARSE_CG:
-        values = quantile_sample(T[:, :-1])
-        threshold, _ = threshold_search(values, density, guess=guess, exact=False)
+        threshold, _ = density_threshold(T, density, guess)
         return gathered_levels(T, epsilon, threshold, levels, sums=sums), threshold
     return sparsify(T, epsilon, density), jnp.asarray(jnp.nan, T.dtype)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -92,23 +93,19 @@ class SparseHessian(NamedTuple):
         return jnp.concatenate([top, bottom], axis=0)
 
 
-def quantile_sample(values: Float[Array, "..."], sample_cap: int = SAMPLE_CAP) -> Float[Array, "..."]:
-    """``values`` itself when it has at most ``sample_cap`` entries, else a fixed random subset
-    of its entries (flattened).
+def quantile_sample(flat: Float[Array, " p"], sample_cap: int = SAMPLE_CAP) -> Float[Array, " s"]:
+    """All of ``flat`` when it has at most ``sample_cap`` entries, else a fixed random subset.
 
-    Small inputs come back as they are, any shape (:func:`threshold_search` counts over all
-    axes), so that a slice such as ``T[:, :-1]`` is read in place by every counting pass rather
-    than copied once per call. The subset is drawn once per shape (numpy, seed 0) and is static
-    under ``jit``. A strided sample would be biased: for a square cost whose plan concentrates near
-    the diagonal (MNIST pairs), ``flat[::s]`` of the row-major ``T̃`` hits the diagonal in every
-    row, overestimates the quantile and keeps a fraction of the intended ``ρ``, so SPLR needs many
-    more iterations.
+    The subset is drawn once per shape (numpy, seed 0) and is static under ``jit``. A strided
+    sample would be biased: for a square cost whose plan concentrates near the diagonal (MNIST
+    pairs), ``flat[::s]`` of the row-major ``T̃`` hits the diagonal in every row, overestimates the
+    quantile and keeps a fraction of the intended ``ρ``, so SPLR needs many more iterations.
     """
-    p = values.size
+    p = flat.shape[0]
     if p <= sample_cap:
-        return values
+        return flat
     idx = np.random.default_rng(0).choice(p, size=sample_cap, replace=False)
-    return values.reshape(-1)[np.sort(idx)]
+    return flat[np.sort(idx)]
 
 
 def top_threshold(
@@ -122,7 +119,12 @@ def top_threshold(
 
 
 def threshold_search(
-    values: Float[Array, "..."], density, max_trips: int = 80, guess=None, exact: bool = True
+    values: Float[Array, "..."],
+    density,
+    max_trips: int = 80,
+    guess=None,
+    exact: bool = True,
+    columns: int | None = None,
 ) -> tuple[Float[Array, ""], Int[Array, ""]]:
     """The ``⌊density · p⌋``-th largest of ``values`` (``inf`` if none) and the passes it took.
 
@@ -142,6 +144,9 @@ def threshold_search(
     ignored. The answer does not depend on it.
 
     ``values`` may have any shape (``p`` = its size; the passes count over all axes).
+    ``columns``: search only ``values[:, :columns]`` of a 2-D ``values`` (``T̃`` of ``T`` is
+    ``columns = m - 1``), sliced inside each pass: the loop carries ``values`` as it is, where a
+    sliced argument would be copied out before the loop.
     ``exact=False`` skips the last pass (the smallest value ``≥ e^lo``) and returns ``e^lo``
     itself: a threshold with exactly ``k`` of ``values`` at or above it (when the search ends
     on its count), so ``values ≥`` it is the same top-``k`` mask as with the exact k-th largest;
@@ -150,28 +155,33 @@ def threshold_search(
     larger ``T̃`` the two thresholds bound the same sample entries but may keep different
     unsampled ones; either estimates the ``ρ``-quantile of ``T̃``.
     """
-    p = values.size
+
+    def view():  # called inside each loop and branch, so that the slice fuses into its pass
+        return values if columns is None else values[:, :columns]
+
+    p = int(np.prod(jax.eval_shape(view).shape))
+    dtype = values.dtype
     k = jnp.floor(density * p).astype(jnp.int32)
-    kf = k.astype(values.dtype)
-    tiny = jnp.finfo(values.dtype).tiny
+    kf = k.astype(dtype)
+    tiny = jnp.finfo(dtype).tiny
 
     # e^hi counts nothing above the maximum; log(min) counts everything through its value
     # threshold min itself (exp(log(min)) may round above min).
     def low_end():
-        vmin = jnp.min(values)
+        vmin = jnp.min(view())
         return jnp.log(jnp.maximum(vmin, tiny)), vmin, jnp.int32(p)
 
     def high_end():
-        return jnp.log(jnp.maximum(jnp.max(values), tiny)) + 1.0
+        return jnp.log(jnp.maximum(jnp.max(view()), tiny)) + 1.0
 
     def cold():
         lo, t_lo, c_lo = low_end()
         return lo, high_end(), t_lo, c_lo, jnp.int32(0), jnp.int32(0)
 
     def warm():
-        g = jnp.asarray(guess, values.dtype)
+        g = jnp.asarray(guess, dtype)
         t_g = jnp.exp(g)
-        c_g = jnp.sum(values >= t_g, dtype=jnp.int32)
+        c_g = jnp.sum(view() >= t_g, dtype=jnp.int32)
 
         def below():  # the k-th largest is under e^g: bracket [log min, g]
             lo, t_lo, c_lo = low_end()
@@ -188,11 +198,11 @@ def threshold_search(
 
     def body(state):
         lo, hi, t_lo, c_lo, c_hi, trip = state
-        u = (c_lo.astype(values.dtype) - kf) / (c_lo - c_hi).astype(values.dtype)
+        u = (c_lo.astype(dtype) - kf) / (c_lo - c_hi).astype(dtype)
         u = jnp.where(trip % 4 == 3, 0.5, jnp.clip(u, 1.0 / 64, 63.0 / 64))
         mid = lo + u * (hi - lo)
         t_mid = jnp.exp(mid)
-        c_mid = jnp.sum(values >= t_mid, dtype=jnp.int32)
+        c_mid = jnp.sum(view() >= t_mid, dtype=jnp.int32)
         above = c_mid >= k
         return (
             jnp.where(above, mid, lo),
@@ -210,7 +220,7 @@ def threshold_search(
     _, _, t_lo, _, _, trips = lax.while_loop(cond, body, init)
     if not exact:
         return jnp.where(k > 0, t_lo, jnp.inf), trips
-    thresh = jnp.min(jnp.where(values >= t_lo, values, jnp.inf))
+    thresh = jnp.min(jnp.where(view() >= t_lo, view(), jnp.inf))
     return jnp.where(k > 0, thresh, jnp.inf), trips
 
 

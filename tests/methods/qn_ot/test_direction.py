@@ -1,9 +1,13 @@
-"""The rank-2 correction in inverse form (Section 3.2): secant condition and Woodbury equality."""
+"""The rank-2 correction in inverse form (Section 3.2): secant condition and Woodbury equality;
+the top-ρ threshold of Section 3.1."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from jaxlab.methods.qn_ot.direction import inverse_bfgs_direction, rank2_gate
+from jaxlab.methods.qn_ot.direction import density_threshold, inverse_bfgs_direction, rank2_gate
+from jaxlab.methods.qn_ot.sparse_hessian import SAMPLE_CAP
 
 
 def _setup(seed=0, k=8):
@@ -48,3 +52,25 @@ def test_rank2_gate_is_the_authors_curvature_test(x64):
         theirs = bool(y @ s > 1e-6 * yy)
         assert bool(rank2_gate(3, jnp.asarray(s), jnp.asarray(y))) == theirs, c
         assert not bool(rank2_gate(0, jnp.asarray(s), jnp.asarray(y)))
+
+
+@pytest.mark.parametrize("n", [120, 260])
+def test_density_threshold_keeps_the_top_entries_of_t_tilde(x64, n):
+    # Section 3.1: T̃ ≥ threshold holds the ⌊ρ n(m-1)⌋ largest entries of T̃ (the last column of T
+    # is not in T̃). n = 120: all of T̃ (14,280 entries), against a sort; n = 260: T̃ has 67,340
+    # entries, beyond SAMPLE_CAP, so the count holds on the fixed sample (numpy draws it again).
+    rng = np.random.default_rng(n)
+    T = np.exp(3.0 * rng.normal(size=(n, n)) - 12.0)
+    T[:, -1] = 1.0  # larger than every entry of T̃: counted, the mask would be wrong
+    T_t = T[:, :-1].ravel()
+    for density in (0.002, 0.01):
+        t, _ = jax.jit(density_threshold)(jnp.asarray(T), density)
+        if T_t.size <= SAMPLE_CAP:
+            k = int(np.floor(density * T_t.size))
+            top = np.zeros(T_t.size, bool)
+            top[np.argsort(-T_t)[:k]] = True
+            np.testing.assert_array_equal(T_t >= float(t), top)
+        else:
+            idx = np.sort(np.random.default_rng(0).choice(T_t.size, SAMPLE_CAP, replace=False))
+            k = int(np.floor(density * SAMPLE_CAP))
+            assert int(np.sum(T_t[idx] >= float(t))) == k

@@ -112,7 +112,7 @@ def test_inexact_search_separates_the_top_k_of_any_shape(x64, kind):
         "underflow": np.exp(np.minimum(rng.normal(size=(50, 99)) * 400.0, 0.0)),
     }[kind]
     ordered = -np.sort(-v.ravel())
-    search = jax.jit(threshold_search, static_argnames="exact")
+    search = jax.jit(threshold_search, static_argnames=("exact", "columns"))
     for density in (0.001, 0.01, 0.1):
         k = int(np.floor(density * v.size))
         for guess in (None, np.log(ordered[k - 1]) + 0.05):
@@ -124,6 +124,10 @@ def test_inexact_search_separates_the_top_k_of_any_shape(x64, kind):
                 assert ordered[k] < float(t) <= ordered[k - 1], (density, guess)
             flat, _ = search(jnp.asarray(v.ravel()), density, guess=guess, exact=False)
             assert float(flat) == float(t)
+            # the leading columns of a wider array, in place: the extra column is ignored
+            wide = np.concatenate([v, np.full((v.shape[0], 1), 2.0)], axis=1)
+            cols, _ = search(jnp.asarray(wide), density, guess=guess, exact=False, columns=99)
+            assert float(cols) == float(t)
     assert float(search(jnp.asarray(v), 0.0, exact=False)[0]) == np.inf
 
 
