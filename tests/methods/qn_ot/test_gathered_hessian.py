@@ -8,6 +8,7 @@ import pytest
 from jaxlab.methods.qn_ot import solve
 from jaxlab.methods.qn_ot.direction import default_linear_solver
 from jaxlab.methods.qn_ot.gathered_hessian import (
+    band_order,
     capacity_levels,
     compact,
     default_capacity,
@@ -184,6 +185,18 @@ def test_capacity_levels_shrink_by_sqrt2_down_to_the_smallest():
     assert capacity_levels(12276) == (12276, 8681, 6139, 4341, 3070, 2171, 1536, 1087)
     assert capacity_levels(796) == (796,)
     assert capacity_levels(1000, smallest=300) == (1000, 708, 501, 355)
+
+
+def test_band_order_interleaves_each_band_and_keeps_every_prefix():
+    levels = (600, 300, 150, 75, 38)
+    order = band_order(levels, stride=8)
+    assert sorted(order) == list(range(600))  # a permutation of the slots
+    for hi, lo in zip(levels, (*levels[1:], 0), strict=True):
+        band = order[lo:hi]
+        assert band.min() == lo and band.max() == hi - 1  # each level's prefix maps onto itself
+        # consecutive slots 8 entries of Ω apart, except where the band starts its next residue
+        steps = np.diff(band)
+        assert np.all((steps == 8) | (band[1:] - lo < 8))
 
 
 @pytest.mark.parametrize("density", [0.02, 0.1, 0.3])
