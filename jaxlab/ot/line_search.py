@@ -141,6 +141,7 @@ def more_thuente(
     c2: float = 0.9,
     max_evals: int = 30,
     step_max: float = 1e10,
+    along=None,
 ) -> LineSearchResult:
     """Strong-Wolfe step along ``d`` from ``x`` (Moré & Thuente 1994, Algorithm "dcsrch").
 
@@ -152,7 +153,15 @@ def more_thuente(
       c1, c2: sufficient-decrease and curvature constants.
       max_evals: evaluation budget.
       step_max: largest step allowed.
+      along: optional ``t ↦ fun(x + t d)``, for a caller that evaluates a point on the line more
+        cheaply from ``t`` than from the point (SPLR rescales the plan at ``x``); None calls
+        ``fun(x + t d)``.
     """
+    if along is None:
+
+        def along(t):
+            return fun(x + t * d)
+
     dg0 = g0 @ d
     gtest = c1 * dg0
     dtype = f0.dtype
@@ -203,7 +212,7 @@ def more_thuente(
     def body(st):
         fetch = st.done | (st.n_evals >= max_evals)  # the search is over: evaluate at stx
         stp = st.stp
-        f_true, g, aux = fun(x + jnp.where(fetch, st.stx, stp) * d)
+        f_true, g, aux = along(jnp.where(fetch, st.stx, stp))
         dg = g @ d
         finite = jnp.isfinite(f_true) & jnp.all(jnp.isfinite(g))
         # Near the optimum the change of φ is below its rounding error and the raw values would

@@ -5,7 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.ot.dual import dual_hessian, dual_value, dual_value_grad, gauge, plan, split
+from jaxlab.ot.dual import (
+    dual_hessian,
+    dual_value,
+    dual_value_grad,
+    dual_value_grad_rescaled,
+    gauge,
+    plan,
+    split,
+)
 
 
 def _problem(seed, n=7, m=5, eps=0.3):
@@ -76,3 +84,25 @@ def test_value_gradient_hessian_and_start_against_the_papers_equations_in_numpy(
     T0 = np.exp((alpha0[:, None] + beta0[None] - cost) / eps)
     np.testing.assert_allclose(T0.sum(0), b, rtol=1e-12)
     np.testing.assert_allclose(alpha0, alpha0[0])  # α = 0 moved by one gauge constant
+
+
+@pytest.mark.parametrize("step", [0.0, 0.37, 1.0, 2.5])
+def test_rescaled_evaluation_is_eq3_at_the_moved_point(x64, step):
+    # The plan at x + t d from the plan at x (a rank-one rescaling): f, ∇f and T against Eq. 3
+    # written in numpy at the moved point, η = 1e-2 so that the exponents move by up to ~25.
+    cost, a, b, _, x = (np.asarray(v) if not isinstance(v, float) else v for v in _problem(6))
+    eps = 1e-2
+    n, m = cost.shape
+    d = np.random.default_rng(7).normal(size=n + m - 1) * 0.1
+    y = x + step * d
+    alpha, beta = y[:n], np.append(y[n:], 0.0)
+    T = np.exp((alpha[:, None] + beta[None, :] - cost) / eps)
+    f = eps * T.sum() - a @ alpha - b @ beta
+    g = np.concatenate([T.sum(1) - a, T.sum(0)[:-1] - b[:-1]])
+    _, _, T_x = dual_value_grad(*map(jnp.asarray, (x, cost, a, b)), eps)
+    got_f, got_g, got_T = dual_value_grad_rescaled(
+        jnp.asarray(x), jnp.asarray(d), step, T_x, jnp.asarray(a), jnp.asarray(b), eps
+    )
+    np.testing.assert_allclose(got_T, T, rtol=1e-12)
+    np.testing.assert_allclose(got_f, f, rtol=1e-12)
+    np.testing.assert_allclose(got_g, g, rtol=1e-11, atol=1e-14)

@@ -29,6 +29,29 @@ def test_strong_wolfe_on_a_quartic(x64):
         np.testing.assert_allclose(ls.value, f, rtol=1e-12)
 
 
+def test_a_callers_evaluation_along_the_line_is_used_at_every_trial(x64):
+    # ``along(t)`` replaces ``fun(x + t d)``: with the same values the search is the same, and
+    # the trials it evaluates are the ones it reports (a shifted objective moves the step).
+    def fun(x):
+        f = jnp.sum(x**4) + jnp.sum((x - 1.0) ** 2)
+        return f, jax.grad(lambda z: jnp.sum(z**4) + jnp.sum((z - 1.0) ** 2))(x), None
+
+    x = jnp.array([3.0, -2.0, 0.5])
+    f0, g0, _ = fun(x)
+    d = -g0
+    trials = []
+
+    def along(t):
+        jax.debug.callback(trials.append, t)
+        return fun(x + t * d)
+
+    plain = more_thuente(fun, x, d, f0, g0, None, 1.0)
+    hooked = more_thuente(fun, x, d, f0, g0, None, 1.0, along=along)
+    jax.effects_barrier()
+    assert float(hooked.step) == float(plain.step) and int(hooked.n_evals) == int(plain.n_evals)
+    assert len(trials) == int(plain.n_evals) and float(trials[-1]) == float(plain.step)
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_dual_objective_never_increases(x64, seed):
     rng = np.random.default_rng(seed)

@@ -9,7 +9,10 @@ Wang & Qiu (ICML 2025), Algorithm 1. From ``x_k = (α, β̃)`` with gradient ``g
 3. ``B_k`` = BFGS update of ``B₀`` by ``s = x_k - x_{k-1}``, ``y = g_k - g_{k-1}`` when
    ``yᵀs > 10⁻⁶ yᵀy`` (Section 3.2), and ``d_k = -B_k⁻¹ g_k`` (:mod:`linsolve`);
 4. ``x_{k+1} = x_k + t_k d_k`` with ``t_k`` from the strong-Wolfe search of Moré & Thuente started
-   at ``min(1, 1.5 t_{k-1})`` (:mod:`line_search`);
+   at ``min(1, 1.5 t_{k-1})`` (:mod:`line_search`); a trial's plan is the plan at ``x_k``
+   rescaled by ``exp(t d / η)`` along rows and columns (Eq. 3,
+   :func:`~jaxlab.ot.dual.dual_value_grad_rescaled`) while the exponents have moved by at most
+   :data:`RESCALE_MAX_DRIFT` in all since the plan last came from the cost, else from the cost;
 5. ``ρ_{k+1}`` = 0.9 ρ_k if ``‖g‖`` decreased else 2 ρ_k, clipped to ``[ρ_min, ρ_max]``
    (``density_rule="paper"``, the default; ``"regot"`` is the rule of the authors' C++ code since
    June 2025, regot 0.0.3: 1.1 ρ_k after a rise of ``‖g‖`` below its initial value, else 0.99 ρ_k).
@@ -26,6 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import lax
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.iterate import below, iterate
@@ -37,7 +41,7 @@ from jaxlab.methods.qn_ot.direction import (
 )
 from jaxlab.methods.qn_ot.gathered_hessian import capacity_levels, default_capacity, on_level
 from jaxlab.methods.qn_ot.sparse_hessian import next_density, next_density_regot
-from jaxlab.ot.dual import dual_value_grad, initial_point, join
+from jaxlab.ot.dual import dual_value_grad, dual_value_grad_rescaled, initial_point, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.linsolve import LinearSolver, solve_shifted
 from jaxlab.ot.output import RawSolution, raw_solution
@@ -58,6 +62,14 @@ class _State(NamedTuple):
     densities: jnp.ndarray
     n_evals: jnp.ndarray
     log_threshold: jnp.ndarray  # log of the last top-ρ threshold, the next search's start
+    drift: jnp.ndarray  # Σ|t d / η| of the rescalings since T was last computed from the cost
+
+
+# The plan at a line-search trial is the plan at x rescaled (ot.dual.dual_value_grad_rescaled)
+# while the exponents moved by at most this much in all since the plan was last computed from the
+# cost: an entry that had underflowed is then still below e^(-745 + 30) ≈ 1e-311·e^30, nothing
+# next to the marginals, and each rescaling adds a few ulps of rounding.
+RESCALE_MAX_DRIFT = 30.0
 
 
 def splr(
@@ -131,6 +143,7 @@ def splr(
         densities=jnp.full(max_iter, jnp.nan, dtype),
         n_evals=jnp.ones((), jnp.int32),
         log_threshold=jnp.full((), jnp.nan, dtype),
+        drift=jnp.zeros((), dtype),
     )
 
     def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
@@ -152,9 +165,37 @@ def splr(
         )
         # A failed inner solve could give an ascent direction: fall back to steepest descent.
         d = jnp.where((st.g @ d < 0) & jnp.all(jnp.isfinite(d)), d, -st.g)
+        # A trial's plan: the current one rescaled while the exponents have moved little since
+        # the cost last entered (a multiplication pass instead of an exp pass), else from the
+        # cost. aux = (plan, its drift).
+        inv_eps = 1.0 / epsilon
+        rate = (jnp.max(jnp.abs(d[:n])) + jnp.max(jnp.abs(d[n:]))) * inv_eps
+
+        def along(t):
+            drift = st.drift + jnp.abs(t) * rate
+
+            def rescaled():
+                f, g, T = dual_value_grad_rescaled(st.x, d, t, st.T, a, b, epsilon)
+                return f, g, (T, drift)
+
+            def exact():
+                f, g, T = fun(st.x + t * d)
+                return f, g, (T, jnp.zeros_like(drift))
+
+            return lax.cond(drift <= RESCALE_MAX_DRIFT, rescaled, exact)
+
         ls = more_thuente(
-            fun, st.x, d, st.f, st.g, st.T, jnp.minimum(1.0, 1.5 * st.step), step_max=step_max
+            fun,
+            st.x,
+            d,
+            st.f,
+            st.g,
+            (st.T, st.drift),
+            jnp.minimum(1.0, 1.5 * st.step),
+            step_max=step_max,
+            along=along,
         )
+        T_new, drift_new = ls.aux
         gnorm_new = jnp.linalg.norm(ls.grad)
         new = _State(
             x=st.x + ls.step * d,
@@ -163,7 +204,7 @@ def splr(
             g=ls.grad,
             g_prev=st.g,
             gnorm=gnorm_new,
-            T=ls.aux,
+            T=T_new,
             step=jnp.where(ls.step > 0, ls.step, st.step),
             density=(
                 next_density(st.density, gnorm_new < st.gnorm, density_min, density_max)
@@ -178,6 +219,7 @@ def splr(
             densities=st.densities.at[k].set(st.density),
             n_evals=st.n_evals + ls.n_evals,
             log_threshold=jnp.log(threshold),
+            drift=drift_new,
         )
         return new, gnorm_new
 

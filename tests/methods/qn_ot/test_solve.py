@@ -348,3 +348,26 @@ def test_ssns_shift_update_is_the_authors_rule():
     for mu in (1.0, 1.5e-3, 1e-3):
         got = update_shift(jnp.asarray(ratios), mu, 1e-3)
         np.testing.assert_allclose(got, [theirs(r, mu) for r in ratios], rtol=1e-7, err_msg=mu)
+
+
+def test_splr_line_search_rescaling_keeps_the_reported_error_honest(x64, problem, monkeypatch):
+    # SPLR's line search rescales the plan at x for its trials (drift-bounded, then from the
+    # cost again). The error it reports must be the marginal error of its potentials computed
+    # from the cost in numpy (Eq. 3), and the solve must reach the plan of exact evaluations.
+    import jaxlab.methods.qn_ot.api as api
+    import jaxlab.methods.qn_ot.splr as splr_module
+
+    cost, a, b = problem
+    eps = 0.01
+    monkeypatch.setattr(api, "_CACHE", {})
+    out = solve(a, b, cost, epsilon=eps, tol=1e-10)
+    alpha, beta = (np.asarray(p) for p in out.potentials)
+    T = np.exp((alpha[:, None] + beta[None, :] - cost) / eps)
+    exact_error = np.linalg.norm(np.concatenate([T.sum(1) - a, T.sum(0)[:-1] - b[:-1]]))
+    assert bool(out.converged) and exact_error < 1e-10
+    np.testing.assert_allclose(float(out.error), exact_error, rtol=1e-3, atol=1e-14)
+    monkeypatch.setattr(splr_module, "RESCALE_MAX_DRIFT", -1.0)  # every trial from the cost
+    monkeypatch.setattr(api, "_CACHE", {})
+    exact = solve(a, b, cost, epsilon=eps, tol=1e-10)
+    assert bool(exact.converged)
+    np.testing.assert_allclose(out.matrix, exact.matrix, atol=1e-9)
