@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxlab.core.errors import ConfigError
@@ -67,9 +68,11 @@ class _State(NamedTuple):
 
 # The plan at a line-search trial is the plan at x rescaled (ot.dual.dual_value_grad_rescaled)
 # while the exponents moved by at most this much in all since the plan was last computed from the
-# cost: an entry that had underflowed is then still below e^(-745 + 30) ≈ 1e-311·e^30, nothing
-# next to the marginals, and each rescaling adds a few ulps of rounding.
-RESCALE_MAX_DRIFT = 30.0
+# cost; None: half the exponent range of the dtype, -log(tiny) / 2 (354 in float64, 44 in float32),
+# so that an entry that had underflowed (or lost digits below tiny) is still below √tiny (1e-154,
+# 1e-19), nothing next to the marginals. Each rescaling adds a few ulps of rounding, and the
+# exponents' own rounding adds at most drift · eps.
+RESCALE_MAX_DRIFT: float | None = None
 
 
 def splr(
@@ -146,6 +149,12 @@ def splr(
         drift=jnp.zeros((), dtype),
     )
 
+    max_drift = (
+        -0.5 * float(np.log(np.finfo(dtype).tiny))
+        if RESCALE_MAX_DRIFT is None
+        else RESCALE_MAX_DRIFT
+    )
+
     def step(k, st: _State) -> tuple[_State, jnp.ndarray]:
         # The diagonals T1 and T̃ᵀ1 are the gradient plus the marginals (Eq. 4).
         sums = (st.g[:n] + a, st.g[n:] + b[:-1])
@@ -168,8 +177,7 @@ def splr(
         # A trial's plan: the current one rescaled while the exponents have moved little since
         # the cost last entered (a multiplication pass instead of an exp pass), else from the
         # cost. aux = (plan, its drift).
-        inv_eps = 1.0 / epsilon
-        rate = (jnp.max(jnp.abs(d[:n])) + jnp.max(jnp.abs(d[n:]))) * inv_eps
+        rate = (jnp.max(jnp.abs(d[:n])) + jnp.max(jnp.abs(d[n:]))) * (1.0 / epsilon)
 
         def along(t):
             drift = st.drift + jnp.abs(t) * rate
@@ -182,7 +190,7 @@ def splr(
                 f, g, T = fun(st.x + t * d)
                 return f, g, (T, jnp.zeros_like(drift))
 
-            return lax.cond(drift <= RESCALE_MAX_DRIFT, rescaled, exact)
+            return lax.cond(drift <= max_drift, rescaled, exact)
 
         ls = more_thuente(
             fun,
