@@ -3,7 +3,9 @@
 One iteration of SPLR (Wang & Qiu, ICML 2025, Algorithm 1) is: a dual evaluation (the plan, its
 marginals, the objective; Eqs. 3–4), the top-``ρ`` threshold of ``T̃`` (Section 3.1), the assembly
 of ``H_Ω`` as triplets (mask, compaction, gather), the CG solve with ``H_Ω + τI`` (Section 3.3) and
-the line search, which costs one more dual evaluation per trial. :func:`splr_anatomy` runs SPLR to
+the line search, which costs one more dual evaluation per trial (the plan at ``x`` rescaled, as
+the solve does while its drift bound holds; "evaluation" is the one from the cost, the solve's
+first trials). :func:`splr_anatomy` runs SPLR to
 half its iteration count, takes that iterate (``x``, the density of that iteration) and times each
 phase as a separately jitted function on it, all interleaved with the whole solve and with
 ``regot.sinkhorn_splr`` on the same problem (:func:`jaxlab.core.timing.time_interleaved`). The C++
@@ -38,7 +40,7 @@ from jaxlab.methods.qn_ot.gathered_hessian import (
     on_level,
 )
 from jaxlab.methods.qn_ot.runners import import_regot
-from jaxlab.ot.dual import dual_value_grad, join
+from jaxlab.ot.dual import dual_value_grad, dual_value_grad_rescaled, join
 from jaxlab.ot.line_search import more_thuente
 from jaxlab.ot.linsolve import schur_cg
 
@@ -101,7 +103,17 @@ def _phase_fns(problem: OTProblem, eta: float, x, density, capacity: int, cg_tol
 
     @jax.jit
     def line_search(x, d, f, g, T):
-        ls = more_thuente(lambda z: dual_value_grad(z, cost, a, b, eta), x, d, f, g, T, 1.0)
+        # As in the solve: the trials rescale the plan at x (its drift is within the bound here).
+        ls = more_thuente(
+            lambda z: dual_value_grad(z, cost, a, b, eta),
+            x,
+            d,
+            f,
+            g,
+            T,
+            1.0,
+            along=lambda t: dual_value_grad_rescaled(x, d, t, T, a, b, eta),
+        )
         return ls.step, ls.n_evals
 
     f, g, T = evaluate(x)
