@@ -11,11 +11,13 @@ from jaxlab.ot.dual import dual_value_grad
 from jaxlab.ot.line_search import more_thuente
 
 
-def test_strong_wolfe_on_a_quartic(x64):
-    def fun(x):
-        f = jnp.sum(x**4) + jnp.sum((x - 1.0) ** 2)
-        return f, jax.grad(lambda z: jnp.sum(z**4) + jnp.sum((z - 1.0) ** 2))(x), None
+def _quartic(x):
+    f = jnp.sum(x**4) + jnp.sum((x - 1.0) ** 2)
+    return f, jax.grad(lambda z: jnp.sum(z**4) + jnp.sum((z - 1.0) ** 2))(x), None
 
+
+def test_strong_wolfe_on_a_quartic(x64):
+    fun = _quartic
     x = jnp.array([3.0, -2.0, 0.5])
     f0, g0, _ = fun(x)
     d = -g0
@@ -31,11 +33,8 @@ def test_strong_wolfe_on_a_quartic(x64):
 
 def test_a_callers_evaluation_along_the_line_is_used_at_every_trial(x64):
     # ``along(t)`` replaces ``fun(x + t d)``: with the same values the search is the same, and
-    # the trials it evaluates are the ones it reports (a shifted objective moves the step).
-    def fun(x):
-        f = jnp.sum(x**4) + jnp.sum((x - 1.0) ** 2)
-        return f, jax.grad(lambda z: jnp.sum(z**4) + jnp.sum((z - 1.0) ** 2))(x), None
-
+    # it evaluates every trial through ``along``, the last one at the step it returns.
+    fun = _quartic
     x = jnp.array([3.0, -2.0, 0.5])
     f0, g0, _ = fun(x)
     d = -g0

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -159,7 +158,7 @@ def threshold_search(
     def view():  # called inside each loop and branch, so that the slice fuses into its pass
         return values if columns is None else values[:, :columns]
 
-    p = int(np.prod(jax.eval_shape(view).shape))
+    p = values.size if columns is None else values.shape[0] * columns
     dtype = values.dtype
     k = jnp.floor(density * p).astype(jnp.int32)
     kf = k.astype(dtype)
