@@ -7,7 +7,10 @@ run for milliseconds (the measurements are in the root README, "Start-up").
 :data:`FAST_CPU_OPTIONS` (LLVM at level 0, the older loop emitters where XLA has the switch)
 compile those programs several times faster; they compute the same values up to rounding, and
 matrix products, which run in library kernels, keep their speed, but elementwise work (the random
-bits of an initialisation above all) runs slower.
+bits of an initialisation above all) runs slower. They also leave XLA's YNNPACK fusions out
+(``xla_cpu_experimental_ynn_fusion_type`` empty, where XLA has the option): a program whose
+matrix products run in YNNPACK builds those kernels' pipelines on its first call, which for a
+program run a few times costs more than it saves; Eigen's matrix products need no such set-up.
 
 So the fast compile is only for a run where the work it slows is small (:func:`short_run_options`):
 a CPU run of a few steps of a small model, the case of a smoke test or of a first try from a
@@ -42,6 +45,7 @@ __all__ = [
 FAST_CPU_OPTIONS: dict[str, Any] = {
     "xla_backend_optimization_level": 0,
     "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_experimental_ynn_fusion_type": "",
 }
 # A run is short (compiled fast) when all three hold: at most this many steps, ...
 SHORT_RUN_MAX_STEPS = 16
@@ -64,21 +68,24 @@ def _refused(err: Exception) -> str | None:
 def known_options(options: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """``options`` less those the running XLA does not know (None when nothing is left).
 
-    Each option is tried once per process, by compiling the identity with it; the answer is kept.
+    The options not asked about before in this process are tried together, by compiling the
+    identity with them (one small program; one more for each option XLA refuses, which its error
+    names); the answers are kept.
     """
-    kept = {}
-    for name, value in (options or {}).items():
-        if name not in _KNOWN:
-            try:
-                jax.jit(lambda x: x).lower(np.float32(0)).compile({name: value})
-                _KNOWN[name] = True
-            except jax.errors.JaxRuntimeError as err:
-                if _refused(err) != name:
-                    raise
-                _KNOWN[name] = False
-        if _KNOWN[name]:
-            kept[name] = value
-    return kept or None
+    ask = {k: v for k, v in (options or {}).items() if k not in _KNOWN}
+    while ask:
+        try:
+            jax.jit(lambda x: x).lower(np.float32(0)).compile(ask)
+        except jax.errors.JaxRuntimeError as err:
+            name = _refused(err)
+            if name not in ask:
+                raise
+            _KNOWN[name] = False
+            del ask[name]
+            continue
+        _KNOWN.update(dict.fromkeys(ask, True))
+        break
+    return {k: v for k, v in (options or {}).items() if _KNOWN[k]} or None
 
 
 def not_refused(options: Mapping[str, Any] | None) -> dict[str, Any] | None:

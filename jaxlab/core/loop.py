@@ -88,6 +88,7 @@ from jaxlab.core.step import (
     create_state,
     make_eval_step,
     make_train_step,
+    run_keys,
     sharded_shapes,
 )
 from jaxlab.core.task import StateHook, Task, TrainState, units_per_example
@@ -384,7 +385,7 @@ def _setup(
     for hook in getattr(task, "state_hooks", tuple)():
         if hook.every <= 0:
             raise ConfigError(f"{hook.name}: StateHook.every must be positive, got {hook.every}")
-    init_key, step_key = jax.random.split(jax.random.key(cfg.seed))
+    init_key, step_key = run_keys(cfg.seed)
     # The same builder as the step timer's (jaxlab.core.timing.step_seconds).
     build = functools.partial(
         build_train_program,

@@ -30,6 +30,7 @@ task state): inside the scan the model is rebuilt from its arrays for every micr
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -38,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jaxlab.core.compile_options import compile_lowered
+from jaxlab.core.compile_options import compile_lowered, small_jit
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, constrain, state_shardings
 from jaxlab.core.optim import LrGroups, default_decay_mask, make_optimizer, make_schedule
@@ -55,6 +56,7 @@ __all__ = [
     "make_hook_step",
     "make_train_step",
     "merge_state",
+    "run_keys",
     "sharded_shapes",
     "split_state",
     "task_loss",
@@ -269,6 +271,24 @@ class CompiledOnFirstCall:
         elif isinstance(self._compiled, concurrent.futures.Future):
             self._compiled = self._compiled.result()
         return self._compiled(*args)
+
+
+def run_keys(seed: int) -> tuple[jax.Array, jax.Array]:
+    """The loop's two keys for ``seed``: ``jax.random.split(jax.random.key(seed))``, the init key
+    (the train state is created from it) and the step key (folded with each step's number).
+
+    Made in one small program, where eagerly the seed's conversion and the split are two. Seeds
+    outside the int32 range take JAX's eager path, whose rule for them (the seed as an int64)
+    differs from a traced seed's.
+    """
+    if not -(2**31) <= seed < 2**31:
+        return tuple(jax.random.split(jax.random.key(seed)))
+    return _run_keys()(seed)
+
+
+@functools.cache  # built on first use: small_jit asks for the backend, which an import must not
+def _run_keys() -> Callable[[int], tuple[jax.Array, jax.Array]]:
+    return small_jit(lambda seed: tuple(jax.random.split(jax.random.key(seed))))
 
 
 def build_train_program(

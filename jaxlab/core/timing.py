@@ -36,7 +36,7 @@ from flax import nnx
 from jaxlab.core.config import TrainConfig
 from jaxlab.core.mesh import AxisRules, MeshConfig, global_batch, make_mesh
 from jaxlab.core.optim import LrGroups, default_decay_mask
-from jaxlab.core.step import TrainProgram, build_train_program
+from jaxlab.core.step import TrainProgram, build_train_program, run_keys
 from jaxlab.core.task import Task
 
 __all__ = [
@@ -142,7 +142,7 @@ def step_runners(
     A task named in ``programs`` runs that program (built on ``mesh`` and ``rules`` with
     :func:`jaxlab.core.step.build_train_program` for ``train_cfg``) instead of a new one.
     """
-    init_key, step_key = jax.random.split(jax.random.key(train_cfg.seed))
+    init_key, step_key = run_keys(train_cfg.seed)
     device_batch = global_batch(batch, mesh, rules)
     out = {}
     for name, task in tasks.items():

@@ -1,6 +1,7 @@
 """The compile options of a short CPU run, and the check of which options XLA knows."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -36,6 +37,39 @@ def test_unknown_options_are_dropped_and_known_ones_kept(monkeypatch):
     assert compile_options._KNOWN["xla_no_such_option"] is False
     assert known_options({"xla_no_such_option": True}) is None
     assert known_options(None) is None
+
+
+def test_options_are_asked_together_in_one_compile(monkeypatch):
+    """One compile for the options not asked about before, one more per refused option."""
+    monkeypatch.setattr(compile_options, "_KNOWN", {})
+    compiles = []
+    real = jax.stages.Lowered.compile
+
+    def counting(self, compiler_options=None):
+        compiles.append(dict(compiler_options or {}))
+        return real(self, compiler_options)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", counting)
+    asked = {**FAST_CPU_OPTIONS, "xla_no_such_option": True}
+    refused = 1 + sum(not _xla_knows(k, v) for k, v in FAST_CPU_OPTIONS.items())
+    compiles.clear()  # _xla_knows compiled too
+    known_options(asked)
+    assert len(compiles) == 1 + refused
+    assert compiles[0] == asked  # all at once first
+    compiles.clear()
+    known_options(asked)  # answered from what this process was told
+    assert compiles == []
+
+
+def test_short_runs_leave_ynnpack_fusions_out():
+    """Where XLA fuses matrix products into YNNPACK kernels (each builds its pipeline on the
+    program's first call), a short run's options leave them to Eigen."""
+    fn = jax.jit(lambda w, x: jnp.tanh(x @ w).sum())
+    lowered = fn.lower(np.ones((64, 64), np.float32), np.ones((32, 64), np.float32))
+    if "ynn_fusion" not in lowered.compile().as_text():
+        pytest.skip("this XLA fuses no matrix product into YNNPACK")
+    options = short_run_options("cpu", 2, 1000, 1)
+    assert "ynn_fusion" not in lowered.compile(options).as_text()
 
 
 def test_compile_lowered_drops_a_refused_option_and_remembers_it(monkeypatch):

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import jax
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -16,7 +17,7 @@ from jaxlab.core.loop import run_training
 from jaxlab.core.mesh import AxisRules, make_mesh
 from jaxlab.core.metrics import read_metrics
 from jaxlab.core.optim import make_schedule
-from jaxlab.core.step import build_train_program
+from jaxlab.core.step import build_train_program, run_keys
 from jaxlab.testing.compiles import backend_compiles
 from jaxlab.testing.toy import ToyTask
 
@@ -80,6 +81,16 @@ def test_step_n_trains_with_fold_in_of_the_seeds_second_key(tmp_path):
     for row in rows:
         want = float(jax.random.uniform(jax.random.fold_in(step_key, row["step"] - 1)))
         assert row["draw"] == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 3, -1, 2**31 - 1, 2**31 + 5, 2**40])
+def test_run_keys_are_the_eager_split_of_the_seeds_key(seed):
+    # One small program where eagerly there are two; seeds past int32 keep JAX's eager rule.
+    keys = run_keys(seed)
+    want = jax.random.split(jax.random.key(seed))
+    assert len(keys) == 2
+    for got, ref in zip(keys, want, strict=True):
+        assert np.array_equal(jax.random.key_data(got), jax.random.key_data(ref))
 
 
 def _program(task, cfg):
