@@ -37,6 +37,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from jaxlab.core import finishing
 from jaxlab.core.errors import RunError, disk_full, is_disk_full
 
 __all__ = ["MIN_REPLICA_SLICE_BYTES", "Checkpointer", "Restored"]
@@ -149,29 +150,44 @@ class Checkpointer:
         primary: bool | None = None,
         barrier: Callable[[str], None] = sync_processes,
     ):
+        # A run's last save may still be being written (jaxlab.core.finishing): finished first,
+        # so that no checkpoint directory is read or written while its last step is incomplete.
+        finishing.finish_now()
         self.directory = pathlib.Path(directory).absolute()
         self.primary = jax.process_index() == 0 if primary is None else primary
         self._held: contextlib.ExitStack | None = None  # stderr held after a failed save
+        self._writing: tuple[int, contextlib.ExitStack, _Held] | None = None  # save(wait=False)
         self.barrier = barrier
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, create=True, enable_async_checkpointing=False
+                max_to_keep=keep, create=True, enable_async_checkpointing=True
             ),
             handler_registry=_state_handlers(),
         )
 
     def steps(self) -> list[int]:
-        """Complete checkpoint steps on disk, oldest first."""
+        """Complete checkpoint steps on disk, oldest first (a save still being written is finished
+        first)."""
+        self.wait()
         return sorted(self.manager.all_steps())
 
-    def save(self, step: int, state: Any, iterator: Any, meta: dict[str, Any]) -> None:
-        """Writes checkpoint ``step`` (blocking until it is on disk).
+    def save(
+        self, step: int, state: Any, iterator: Any, meta: dict[str, Any], *, wait: bool = True
+    ) -> None:
+        """Writes checkpoint ``step``: on disk when this returns, or with ``wait=False`` still being
+        written in the background until :meth:`wait`, the next save or :meth:`close`.
+
+        The iterator's position is read and the state's arrays are copied to host memory before
+        this returns (orbax's asynchronous save), so either may change afterwards; the loop still
+        leaves only a run's last save, after its last step, to finish later.
 
         Raises:
           RunError: the disk is full (one line; orbax's own error logs are held back while it
-            saves, and the step's partial files are left to orbax, which never lists them).
+            saves, and the step's partial files are left to orbax, which never lists them). With
+            ``wait=False`` the error comes where the save is finished.
         """
+        self.wait()
         stack = contextlib.ExitStack()
         held = stack.enter_context(_held_stderr())
         try:
@@ -184,19 +200,40 @@ class Checkpointer:
                 ),
                 force=True,
             )
+        except Exception as err:
+            self._failed(err, step, stack, held)
+        self._writing = (step, stack, held)
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Finishes the save that :meth:`save` left being written (nothing when there is none).
+
+        Raises:
+          RunError: that save found the disk full (one line).
+        """
+        if self._writing is None:
+            return
+        step, stack, held = self._writing
+        self._writing = None
+        try:
             self.manager.wait_until_finished()
         except Exception as err:
-            if not is_disk_full(err):
-                stack.close()
-                raise
-            # orbax's writer threads go on failing after the save has given up, until the manager
-            # is closed: their tracebacks and "task exception never retrieved" logs say nothing
-            # more, so stderr stays held (and is then dropped) until close() has let them finish.
-            held.drop()
-            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-            self._held = stack
-            raise disk_full(self.directory, f"saving checkpoint {step}") from None
+            self._failed(err, step, stack, held)
         stack.close()
+
+    def _failed(self, err: Exception, step: int, stack: contextlib.ExitStack, held: _Held) -> None:
+        """Raises a failed save's error: one line for a full disk, else the error itself."""
+        if not is_disk_full(err):
+            stack.close()
+            raise err
+        # orbax's writer threads go on failing after the save has given up, until the manager is
+        # closed: their tracebacks and "task exception never retrieved" logs say nothing more, so
+        # stderr stays held (and is then dropped) until close() has let them finish.
+        held.drop()
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        self._held = stack
+        raise disk_full(self.directory, f"saving checkpoint {step}") from None
 
     def restore(self, abstract_state: Any, iterator: Any) -> Restored | None:
         """Restores the newest readable step into ``iterator`` and a state like ``abstract_state``.
@@ -268,6 +305,24 @@ class Checkpointer:
         )
 
     def close(self) -> None:
+        """Finishes a save still being written, then closes orbax's manager. Inside
+        :func:`jaxlab.core.finishing.later` (the runner) both are handed to the block, so that a
+        run's last save goes on while the code after the run does.
+
+        Raises:
+          RunError: the save being finished found the disk full (one line).
+        """
+        if self._writing is not None and finishing.defer(self._close_now):
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._close_manager()
+
+    def _close_manager(self) -> None:
         try:
             self.manager.close()
         finally:

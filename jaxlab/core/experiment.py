@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+from jaxlab.core import finishing
 from jaxlab.core.config import TrainConfig, apply_overrides, to_dict
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.metrics import write_json
@@ -242,7 +243,10 @@ def launch(
         _check_resumable(workdir, record)
         write_json(workdir / "config.json", record)
         start = time.perf_counter()
-        summary = module.run(cfg, workdir)
+        # A run's last checkpoint is written while the experiment goes on (its figures, its own
+        # evaluations), and is on disk before the summary is (jaxlab.core.finishing).
+        with finishing.later():
+            summary = module.run(cfg, workdir)
         summary = dict(summary or {})
         summary.setdefault("experiment", name)
         summary.setdefault("preset", preset)

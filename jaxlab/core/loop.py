@@ -360,9 +360,11 @@ def _run_training(
             _log_eval_checkpoint(run, progress)
     finally:
         compiler.shutdown(wait=False, cancel_futures=True)
-        ckpt.close()
-        if writer is not None:
-            writer.close()
+        try:
+            ckpt.close()  # may finish the last save (whose error, a full disk, is raised here)
+        finally:
+            if writer is not None:
+                writer.close()
     return _summary(run, progress, start, time.perf_counter() - t_start)
 
 
@@ -591,7 +593,11 @@ def _log_eval_checkpoint(run: _Run, progress: _Progress) -> None:
         for hook in run.hooks:
             hook(progress.step, row)
     if due.checkpoint:
-        run.ckpt.save(progress.step, progress.state, run.iterator, _checkpoint_meta(run, progress))
+        # The last save (no step follows to donate the state) is finished where the checkpointer
+        # closes, or after the code that follows the run (jaxlab.core.finishing).
+        last = progress.step == run.cfg.steps
+        meta = _checkpoint_meta(run, progress)
+        run.ckpt.save(progress.step, progress.state, run.iterator, meta, wait=not last)
     # Throughput counts training steps only, not the eval and checkpoint time above.
     progress.t_window, progress.steps_in_window = time.perf_counter(), 0
 

@@ -158,3 +158,92 @@ def test_a_checkpoint_written_through_orbaxs_standard_save_restores(tmp_path):
     for name, value in state.items():
         np.testing.assert_array_equal(np.asarray(restored.state[name]), np.asarray(value))
     np.testing.assert_array_equal(next(fresh)["x"], following["x"])
+
+
+def test_a_save_left_writing_keeps_the_state_and_position_it_was_given(tmp_path):
+    """``save(wait=False)`` reads the iterator and copies the arrays before it returns: the
+    iterator may move on and the arrays be deleted while the save is written."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    state = {"w": jnp.arange(50_000.0), "b": jnp.full((7, 3), 2.5)}
+    want = {name: np.asarray(value).copy() for name, value in state.items()}
+    iterator = ToyTask().train_iterator(CFG.batch_size, 0)
+    reference = ToyTask().train_iterator(CFG.batch_size, 0)
+    next(iterator), next(reference)  # the saved position is one batch in
+    following = next(reference)
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    try:
+        ckpt.save(1, state, iterator, {"step": 1}, wait=False)
+        next(iterator), next(iterator)
+        for value in state.values():
+            value.delete()
+        ckpt.wait()
+        assert ckpt.steps() == [1]
+    finally:
+        ckpt.close()
+    abstract = {
+        name: jax.ShapeDtypeStruct(
+            value.shape, value.dtype, sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        )
+        for name, value in want.items()
+    }
+    fresh = ToyTask().train_iterator(CFG.batch_size, 0)
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    try:
+        restored = ckpt.restore(abstract, fresh)
+    finally:
+        ckpt.close()
+    for name, value in want.items():
+        np.testing.assert_array_equal(np.asarray(restored.state[name]), value)
+    np.testing.assert_array_equal(next(fresh)["x"], following["x"])
+
+
+def test_a_runs_last_save_goes_on_after_the_run_inside_the_runners_block(tmp_path):
+    """Inside ``finishing.later()`` the loop's last save is handed to the block; a checkpointer
+    opened meanwhile (here: on the same directory) finishes it first and lists the last step."""
+    from jaxlab.core import finishing
+
+    with finishing.later():
+        run_training(ToyTask(), CFG, tmp_path, verbose=False)
+        assert finishing._PENDING  # the last save was handed over, not waited for
+        reader = Checkpointer(tmp_path / "checkpoints")
+        assert not finishing._PENDING
+        try:
+            assert reader.steps()[-1] == CFG.steps
+        finally:
+            reader.close()
+    # Outside a block the run's close waits: the last step is listed as soon as it returns.
+    run_training(ToyTask(), CFG, tmp_path / "plain", verbose=False)
+    assert (tmp_path / "plain" / "checkpoints" / str(CFG.steps)).is_dir()
+
+
+def test_a_full_disk_at_a_deferred_save_is_one_line_where_it_finishes(tmp_path, monkeypatch):
+    import errno
+
+    import jax.numpy as jnp
+
+    from jaxlab.core import finishing
+    from jaxlab.core.errors import RunError
+
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+
+    real_wait = ckpt.manager.wait_until_finished
+    failures = []
+
+    def full(*args, **kwargs):  # the first wait reports the full disk, as orbax's does
+        real_wait()
+        if not failures:
+            failures.append(1)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    iterator = ToyTask().train_iterator(CFG.batch_size, 0)
+    with pytest.raises(RunError) as err:
+        with finishing.later():
+            ckpt.save(3, {"w": jnp.ones(4)}, iterator, {"step": 3}, wait=False)
+            monkeypatch.setattr(ckpt.manager, "wait_until_finished", full)
+            ckpt.close()  # handed over: nothing raised yet
+    message = str(err.value)
+    assert "\n" not in message and "saving checkpoint 3" in message
+    assert message.startswith("no space left on the device of")

@@ -18,13 +18,14 @@ class FakeCheckpointer:
     """Records what the stages ask of the checkpointer; ``saved`` must stay empty on divergence."""
 
     def __init__(self, steps=()):
-        self.on_disk, self.saved = list(steps), []
+        self.on_disk, self.saved, self.waited = list(steps), [], []
 
     def steps(self):
         return self.on_disk
 
-    def save(self, step, state, iterator, meta):
+    def save(self, step, state, iterator, meta, *, wait=True):
         self.saved.append((step, meta))
+        self.waited.append(wait)
 
 
 def _pending(step, loss, grad_norm=1.0, finite=True, hooks=()):
@@ -118,6 +119,14 @@ def test_a_checkpoint_only_step_saves_the_window_so_far_and_logs_nothing():
     assert rows == [] and progress.pending == []
     [(step, meta)] = ckpt.saved
     assert step == 3 and meta["window"] == {"sum": {"loss": 3.0, "grad_norm": 1.0}, "count": 1}
+
+
+def test_only_the_last_steps_save_is_left_to_finish_after_the_run():
+    # No step follows the last one to donate its state: its save goes on while the run ends.
+    ckpt, rows = FakeCheckpointer(), []
+    loop._log_eval_checkpoint(_run(ckpt, rows), _progress(_pending(3, 3.0)))
+    loop._log_eval_checkpoint(_run(ckpt, rows), _progress(_pending(CFG.steps, 3.0)))
+    assert [step for step, _ in ckpt.saved] == [3, CFG.steps] and ckpt.waited == [True, False]
 
 
 def test_a_diverged_step_on_a_checkpoint_step_saves_nothing():
