@@ -637,9 +637,11 @@ def _evaluate(run: _Run, progress: _Progress) -> dict[str, float]:
     """The mean of each eval metric over the task's eval batches, named ``eval_<metric>``."""
     _compiled(progress, "eval_step")
     state = progress.state
+    # Every batch is dispatched before any result is read: the next batch is put on the devices
+    # while the last one is evaluated.
+    outputs = [run.eval_step(state, global_batch(b, run.mesh, run.rules)) for b in run.eval_data]
     totals: dict[str, float] = {}
-    for batch in run.eval_data:
-        metrics = jax.device_get(run.eval_step(state, global_batch(batch, run.mesh, run.rules)))
+    for metrics in jax.device_get(outputs):
         for name, value in metrics.items():
             totals[name] = totals.get(name, 0.0) + float(value)
     return {f"eval_{name}": v / len(run.eval_data) for name, v in totals.items()}
