@@ -637,13 +637,22 @@ def _evaluate(run: _Run, progress: _Progress) -> dict[str, float]:
     """The mean of each eval metric over the task's eval batches, named ``eval_<metric>``."""
     _compiled(progress, "eval_step")
     state = progress.state
-    # Every batch is dispatched before any result is read: the next batch is put on the devices
-    # while the last one is evaluated.
-    outputs = [run.eval_step(state, global_batch(b, run.mesh, run.rules)) for b in run.eval_data]
     totals: dict[str, float] = {}
-    for metrics in jax.device_get(outputs):
-        for name, value in metrics.items():
+
+    def add(metrics: Any) -> None:
+        for name, value in jax.device_get(metrics).items():
             totals[name] = totals.get(name, 0.0) + float(value)
+
+    # Each batch is dispatched before the previous one's result is read: the next batch goes to
+    # the devices while the last is evaluated, and at most two are there at a time.
+    previous = None
+    for batch in run.eval_data:
+        current = run.eval_step(state, global_batch(batch, run.mesh, run.rules))
+        if previous is not None:
+            add(previous)
+        previous = current
+    if previous is not None:
+        add(previous)
     return {f"eval_{name}": v / len(run.eval_data) for name, v in totals.items()}
 
 

@@ -281,3 +281,29 @@ def test_a_warmup_beyond_the_schedule_of_a_resumed_run_is_refused(reference, tmp
         "says); set train.warmup_steps <= 8"
     )
     assert _losses(tmp_path) == _losses(reference[0])  # nothing was touched
+
+
+def test_the_eval_row_is_the_mean_of_the_tasks_loss_over_the_eval_batches(tmp_path):
+    """Checked against the task's loss of the restored final model, batch by batch (three batches:
+    the loop reads each result after dispatching the next one)."""
+    from jaxlab.core.checkpoint import Checkpointer
+    from jaxlab.core.optim import make_optimizer
+    from jaxlab.core.step import create_state, merge_state
+
+    cfg = dataclasses.replace(CFG, steps=4, eval_batches=3)
+    task = ToyTask()
+    run_training(task, cfg, tmp_path, verbose=False)
+    graphdef, abstract = jax.eval_shape(
+        lambda k: create_state(task, make_optimizer(cfg), k), jax.random.key(0)
+    )
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    try:
+        restored = ckpt.restore(abstract, task.train_iterator(cfg.batch_size, 0))
+    finally:
+        ckpt.close()
+    model = merge_state(graphdef, restored.state).model
+    batches = task.eval_batches(cfg.batch_size, cfg.eval_batches)
+    assert len(batches) == 3
+    want = np.mean([float(task.loss(model, b)[1]["loss"]) for b in batches])
+    got = read_metrics(tmp_path)[-1]["eval_loss"]
+    assert got == pytest.approx(want, rel=1e-6)
