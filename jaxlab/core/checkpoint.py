@@ -320,13 +320,10 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            self._close_manager()
-
-    def _close_manager(self) -> None:
-        try:
-            self.manager.close()
-        finally:
-            if self._held is not None:  # after a full disk (see save)
-                _settle_threads()
-                self._held.close()
-                self._held = None
+            try:
+                self.manager.close()
+            finally:
+                if self._held is not None:  # after a full disk (see save)
+                    _settle_threads()
+                    self._held.close()
+                    self._held = None

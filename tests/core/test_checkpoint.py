@@ -81,6 +81,18 @@ def test_the_primary_process_moves_damaged_steps_aside(damaged, tmp_path):
     assert (tmp_path / "damaged-checkpoint-4").is_dir()
 
 
+def _restored_with_next_batch(directory, abstract):
+    """The newest checkpoint in ``directory`` restored onto ``abstract``, and the first batch the
+    restored toy iterator yields."""
+    fresh = ToyTask().train_iterator(CFG.batch_size, 0)
+    ckpt = Checkpointer(directory)
+    try:
+        restored = ckpt.restore(abstract, fresh)
+    finally:
+        ckpt.close()
+    return restored, next(fresh)
+
+
 def test_small_replicated_state_saves_without_compiling_and_restores_on_its_shardings(tmp_path):
     """Orbax would write each replicated array in per-replica slices, each a compiled program;
     below MIN_REPLICA_SLICE_BYTES per slice the save compiles nothing."""
@@ -148,16 +160,11 @@ def test_a_checkpoint_written_through_orbaxs_standard_save_restores(tmp_path):
     abstract = jax.tree.map(
         lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state
     )
-    fresh = ToyTask().train_iterator(CFG.batch_size, 0)
-    ckpt = Checkpointer(tmp_path / "checkpoints")
-    try:
-        restored = ckpt.restore(abstract, fresh)
-    finally:
-        ckpt.close()
+    restored, first = _restored_with_next_batch(tmp_path / "checkpoints", abstract)
     assert restored.step == 5 and restored.meta == {"step": 5}
     for name, value in state.items():
         np.testing.assert_array_equal(np.asarray(restored.state[name]), np.asarray(value))
-    np.testing.assert_array_equal(next(fresh)["x"], following["x"])
+    np.testing.assert_array_equal(first["x"], following["x"])
 
 
 def test_a_save_left_writing_keeps_the_state_and_position_it_was_given(tmp_path):
@@ -189,15 +196,10 @@ def test_a_save_left_writing_keeps_the_state_and_position_it_was_given(tmp_path)
         )
         for name, value in want.items()
     }
-    fresh = ToyTask().train_iterator(CFG.batch_size, 0)
-    ckpt = Checkpointer(tmp_path / "checkpoints")
-    try:
-        restored = ckpt.restore(abstract, fresh)
-    finally:
-        ckpt.close()
+    restored, first = _restored_with_next_batch(tmp_path / "checkpoints", abstract)
     for name, value in want.items():
         np.testing.assert_array_equal(np.asarray(restored.state[name]), value)
-    np.testing.assert_array_equal(next(fresh)["x"], following["x"])
+    np.testing.assert_array_equal(first["x"], following["x"])
 
 
 def test_a_runs_last_save_goes_on_after_the_run_inside_the_runners_block(tmp_path):
