@@ -8,8 +8,11 @@ the rest of that save to the block (:func:`defer`) instead of waiting for it, so
 the code after the run overlap. What was handed over is finished, in order, when the block ends and
 also before anything else is deferred or another checkpointer opens (:func:`finish_now`): at most
 one run's save is in flight, and nothing reads a checkpoint directory whose last step is still
-being written. Outside the block (a user's own code, a notebook, a test) nothing is deferred and a
-checkpointer's ``close`` waits, as it always has.
+being written. What must outlast such a save — the run's lock on its workdir
+(:func:`jaxlab.core.workdir.workdir_lock`) — is handed over after it (:func:`after_pending`), so
+that no other run takes the workdir while its last step is still being written. Outside the block
+(a user's own code, a notebook, a test) nothing is deferred and a checkpointer's ``close`` waits,
+as it always has.
 
 This module imports nothing heavy: the runner enters the block for every experiment, including
 those that never write a checkpoint.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-__all__ = ["defer", "finish_now", "later"]
+__all__ = ["after_pending", "defer", "finish_now", "later"]
 
 _PENDING: list[Callable[[], None]] | None = None  # inside later(): the finishers handed over
 
@@ -53,6 +56,15 @@ def defer(finish: Callable[[], None]) -> bool:
         finish_now()
     finally:
         _PENDING.append(finish)
+    return True
+
+
+def after_pending(finish: Callable[[], None]) -> bool:
+    """Hands ``finish`` to the enclosing :func:`later` block to run after the finishers handed over
+    so far, which go on; False when there are none (or outside a block): the caller finishes now."""
+    if not _PENDING:
+        return False
+    _PENDING.append(finish)
     return True
 
 

@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import pathlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from jaxlab.core import finishing
 from jaxlab.core.config import config_diff
 from jaxlab.core.environment import process_index_hint
 from jaxlab.core.errors import ConfigError, RunError
@@ -108,7 +110,8 @@ def _process_index() -> int:
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str | os.PathLike) -> Iterator[pathlib.Path]:
-    """Holds this process's lock on ``workdir`` for the duration of the block.
+    """Holds this process's lock on ``workdir`` for the duration of the block, and inside
+    :func:`jaxlab.core.finishing.later` until a last checkpoint written in the block is finished.
 
     Raises:
       RunError: another live process holds the lock (the message names its process id).
@@ -117,30 +120,36 @@ def workdir_lock(workdir: str | os.PathLike) -> Iterator[pathlib.Path]:
     key = str(path)
     if key in _HELD:
         _HELD[key][1] += 1
+    else:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            yield path
-        finally:
-            _HELD[key][1] -= 1
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise RunError(
-            f"{pathlib.Path(workdir)} is in use by another run (process {holder}); wait for it "
-            "to finish, or use another --workdir"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    _HELD[key] = [fd, 1]
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunError(
+                f"{pathlib.Path(workdir)} is in use by another run (process {holder}); wait for "
+                "it to finish, or use another --workdir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _HELD[key] = [fd, 1]
     try:
         yield path
     finally:
+        # A last checkpoint still being written (jaxlab.core.finishing) keeps the lock until it is.
+        if not finishing.after_pending(functools.partial(_release, key)):
+            _release(key)
+
+
+def _release(key: str) -> None:
+    """Ends one hold of the lock at ``key``; the last one unlocks it."""
+    held = _HELD[key]
+    held[1] -= 1
+    if held[1] == 0:
         del _HELD[key]
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        fcntl.flock(held[0], fcntl.LOCK_UN)
+        os.close(held[0])
 
 
 def holds_run(workdir: str | os.PathLike) -> bool:

@@ -25,6 +25,17 @@ def test_the_block_finishes_in_order_and_one_at_a_time():
     assert finishing.defer(lambda: None) is False  # the block is over
 
 
+def test_after_pending_waits_behind_what_was_handed_over_and_only_then():
+    done = []
+    assert finishing.after_pending(lambda: pytest.fail("ran")) is False  # outside a block
+    with finishing.later():
+        assert finishing.after_pending(lambda: pytest.fail("ran")) is False  # nothing pending
+        finishing.defer(lambda: done.append("save"))
+        assert finishing.after_pending(lambda: done.append("unlock")) is True
+        assert done == []  # neither is run now: the save goes on
+    assert done == ["save", "unlock"]
+
+
 def test_finish_now_runs_what_was_handed_over():
     done = []
     with finishing.later():

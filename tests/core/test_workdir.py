@@ -1,9 +1,11 @@
 """The workdir: one run at a time (a real second process), stale locks, bad paths, held runs."""
 
+import fcntl
 import os
 
 import pytest
 
+from jaxlab.core import finishing
 from jaxlab.core.errors import ConfigError, RunError
 from jaxlab.core.workdir import holds_run, prepare_workdir, workdir_lock
 from jaxlab.testing.processes import hold_workdir
@@ -35,6 +37,32 @@ def test_lock_is_reentrant_in_one_process_and_per_process_index(tmp_path, monkey
         monkeypatch.setenv("JAXLAB_PROCESS_ID", "1")  # another process of the same run
         with workdir_lock(tmp_path) as path:
             assert path.name == ".lock-1"
+
+
+def _held(workdir) -> bool:
+    """Whether the lock file of ``workdir`` is locked (by any open file, this process's too)."""
+    fd = os.open(workdir / ".lock-0", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_inside_the_runners_block_the_lock_outlasts_a_last_save_still_being_written(tmp_path):
+    seen = []
+    with finishing.later():
+        with workdir_lock(tmp_path), workdir_lock(tmp_path):  # a run inside another's hold
+            finishing.defer(lambda: seen.append(_held(tmp_path)))  # its last save, handed over
+        assert _held(tmp_path)  # the save goes on, and so does the lock
+    assert seen == [True] and not _held(tmp_path)
+    with finishing.later():  # nothing handed over: released where the block ends, as outside
+        with workdir_lock(tmp_path):
+            pass
+        assert not _held(tmp_path)
 
 
 @pytest.mark.parametrize(
