@@ -17,9 +17,9 @@ states (``model.hidden``) and its head maps one block of ``loss_chunk`` tokens a
 ``(B, T, V)`` logits and their gradient never exist at once; the value and gradient are those of
 the plain loss. Every :class:`~jaxlab.lm.model.LanguageModel` (the Transformer, the RMT, the
 xLSTM) has both methods.
-When the model is first built its output vocabulary is checked against the data's (256 byte
-values, or the shard index's vocabulary): a smaller one would index past the logits and is a
-one-line ConfigError; :func:`fit_vocab` gives a model config the shards' vocabulary.
+Where the loss is traced (before any step runs) the model's output vocabulary is checked against
+the data's (256 byte values, or the shard index's vocabulary): a smaller one would index past the
+logits and is a one-line ConfigError; :func:`fit_vocab` gives a model config the shards' vocabulary.
 :func:`compile_lm_train_step` compiles an LM's train step for a mesh ahead of time.
 """
 
@@ -174,26 +174,23 @@ class LMTask:
 
     def build_model(self, rngs: nnx.Rngs) -> nnx.Module:
         model = self.build(rngs)
-        if not getattr(self, "_vocab_checked", False):
-            self._check_vocab(model)
-            if self.loss_chunk and not all(
-                hasattr(model, name) for name in ("hidden", "logits_from_hidden")
-            ):
-                raise ConfigError(
-                    f"loss_chunk={self.loss_chunk} needs a model with hidden() and "
-                    f"logits_from_hidden(); {type(model).__name__} has not: set loss_chunk=0"
-                )
-            self._vocab_checked = True
+        if self.loss_chunk and not all(
+            hasattr(model, name) for name in ("hidden", "logits_from_hidden")
+        ):
+            raise ConfigError(
+                f"loss_chunk={self.loss_chunk} needs a model with hidden() and "
+                f"logits_from_hidden(); {type(model).__name__} has not: set loss_chunk=0"
+            )
         return model
 
-    def _check_vocab(self, model: nnx.Module) -> None:
-        """The model's logits must cover every byte value of the data (shape-only trace)."""
-        tokens = jnp.zeros((1, 1), jnp.int32)
+    def _check_vocab(self, logits: jax.Array) -> jax.Array:
+        """``logits`` (``(..., V)``), once their last axis is known to cover every token id of the
+        data; checked where the loss is traced (shapes only), so before any step runs.
 
-        def forward(m):
-            return m(tokens, segment_ids=jnp.ones_like(tokens), positions=tokens)
-
-        vocab = nnx.eval_shape(forward, model).shape[-1]
+        Raises:
+          ConfigError: ``V`` is below the data's vocabulary (the loss would index past the logits).
+        """
+        vocab = logits.shape[-1]
         if vocab < self.vocab_size:
             what = (
                 f"{VOCAB_SIZE} byte values"
@@ -205,6 +202,7 @@ class LMTask:
                 f"the model's output vocabulary ({vocab}) is smaller than the data's "
                 f"({what}); set model.vocab_size to at least {self.vocab_size}"
             )
+        return logits
 
     def loss(self, model, batch: Mapping[str, jax.Array], key=None):
         del key  # The baseline LM is deterministic (no dropout).
@@ -214,11 +212,11 @@ class LMTask:
         if self.loss_chunk:
             h_BTD = model.hidden(batch["inputs"], **inputs)
             ce, z = chunked_cross_entropy(
-                h_BTD, model.logits_from_hidden, batch["targets"],
+                h_BTD, lambda h: self._check_vocab(model.logits_from_hidden(h)), batch["targets"],
                 chunk=self.loss_chunk, z_loss=self.z_loss,
             )  # fmt: skip
         else:
-            logits_BTV = model(batch["inputs"], **inputs)
+            logits_BTV = self._check_vocab(model(batch["inputs"], **inputs))
             ce, z = cross_entropy(logits_BTV, batch["targets"], self.z_loss)
         if self.corpus is None or self._byte_level:
             return ce + z, {"loss": ce, "bits_per_byte": ce / math.log(2), "z_loss": z}

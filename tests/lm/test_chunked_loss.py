@@ -85,3 +85,37 @@ def test_loss_chunk_needs_the_split_model():
     with pytest.raises(ConfigError, match="loss_chunk=4 needs a model with hidden"):
         task.build_model(nnx.Rngs(0))
     LMTask(build=_LogitsOnly, seq_len=16, loss_chunk=0).build_model(nnx.Rngs(0))  # plain: fits
+
+
+class _SplitHead(nnx.Module):
+    """A user's LM with ``hidden`` and ``logits_from_hidden`` and an output vocabulary ``vocab``."""
+
+    def __init__(self, rngs, vocab=256):
+        self.embed = nnx.Embed(256, 8, rngs=rngs)
+        self.head = nnx.Linear(8, vocab, rngs=rngs)
+
+    def hidden(self, tokens, *, segment_ids=None, positions=None):
+        return self.embed(tokens)
+
+    def logits_from_hidden(self, h):
+        return self.head(h)
+
+    def __call__(self, tokens, *, segment_ids=None, positions=None):
+        return self.logits_from_hidden(self.hidden(tokens))
+
+
+@pytest.mark.parametrize("loss_chunk", [0, 4], ids=["plain", "chunked"])
+def test_a_vocabulary_below_the_data_is_one_line_where_the_loss_is_traced(loss_chunk):
+    tokens = jnp.full((2, 8), 255, jnp.int32)  # the largest byte: past a 200-row head
+    batch = {
+        "inputs": tokens,
+        "targets": tokens,
+        "segment_ids": jnp.ones_like(tokens),
+        "positions": jnp.broadcast_to(jnp.arange(8), tokens.shape),
+    }
+    task = LMTask(build=lambda rngs: _SplitHead(rngs, vocab=200), seq_len=8, loss_chunk=loss_chunk)
+    model = task.build_model(nnx.Rngs(0))  # building does not run the model
+    with pytest.raises(ConfigError, match=r"output vocabulary \(200\) is smaller than the data's"):
+        nnx.jit(lambda m: task.loss(m, batch)[0])(model)
+    fits = LMTask(build=_SplitHead, seq_len=8, loss_chunk=loss_chunk)
+    assert np.isfinite(nnx.jit(lambda m: fits.loss(m, batch)[0])(fits.build_model(nnx.Rngs(0))))
