@@ -23,7 +23,11 @@ EXP_DIR = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(EXP_DIR.parent))  # Run from a checkout without installing, too.
 
 # Before the heavy imports, so that --profile-startup can time them.
-from jaxlab.core.startup import StartupProfile, raise_gc_threshold  # noqa: E402
+from jaxlab.core.startup import (  # noqa: E402
+    StartupProfile,
+    raise_gc_threshold,
+    skip_notebook_probes,
+)
 
 PROFILE = StartupProfile().start() if "--profile-startup" in sys.argv[1:] else None
 
@@ -153,5 +157,6 @@ def exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    raise_gc_threshold()  # only the command line: main() called from Python leaves it
+    raise_gc_threshold()  # only the command line: main() called from Python leaves these
+    skip_notebook_probes()
     exit_now(main())

@@ -27,7 +27,14 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["GC_THRESHOLD", "WATCHED", "StartupProfile", "process_seconds", "raise_gc_threshold"]
+__all__ = [
+    "GC_THRESHOLD",
+    "WATCHED",
+    "StartupProfile",
+    "process_seconds",
+    "raise_gc_threshold",
+    "skip_notebook_probes",
+]
 
 # Python's cyclic garbage collector runs a collection every 700 net allocations of container objects
 # by default; importing JAX, Flax and orbax and tracing the first programs allocate millions, so a
@@ -43,6 +50,43 @@ def raise_gc_threshold() -> None:
     import gc
 
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+# Packages that import IPython, where it is installed, only to display in a notebook.
+_NOTEBOOK_PROBERS = ("flax.", "treescope.")
+
+
+class _NoNotebookProbe(importlib.abc.MetaPathFinder):
+    """Refuses ``import IPython`` to the :data:`_NOTEBOOK_PROBERS` (skip_notebook_probes)."""
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D102 (importlib protocol)
+        if fullname != "IPython":
+            return None
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("importlib"):
+            frame = frame.f_back  # the import machinery, between the importer and this finder
+        importer = "" if frame is None else frame.f_globals.get("__name__", "")
+        if importer.startswith(_NOTEBOOK_PROBERS):
+            raise ModuleNotFoundError("IPython is not probed in a script", name=fullname)
+        return None
+
+
+def skip_notebook_probes() -> None:
+    """Has Flax and treescope find no IPython, for a process that is a script
+    (``experiments/run.py``) and so never inside an IPython shell.
+
+    Importing ``flax.nnx`` imports IPython, where it is installed, twice over: treescope (Flax's
+    pretty-printer) for its notebook display functions, and Flax's colour check
+    (``flax.nnx.reprlib``) only to ask ``get_ipython()`` whether it runs in a notebook. In a script
+    neither is used, and importing IPython and traitlets is a noticeable part of a short run's
+    start-up (the root README, "Start-up"). The two are told IPython is not installed, which both
+    handle (their displays then say they need IPython); every other importer finds it as usual,
+    and where IPython is already imported (``%run`` in a notebook) nothing changes.
+    """
+    if "IPython" not in sys.modules and not any(
+        isinstance(f, _NoNotebookProbe) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _NoNotebookProbe())
 
 
 # Top-level packages whose first import is timed. jax, then what jaxlab pulls in on top of it.
